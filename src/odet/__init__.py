@@ -1,0 +1,1 @@
+"""odet: ODE Transformers in PyTorch."""
