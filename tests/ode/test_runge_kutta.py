@@ -1,0 +1,85 @@
+import math
+
+import pytest
+import torch
+
+from odet.ode import TABLEAUS, ButcherTableau, odeint_fixed, rk_step
+
+
+def _stable_matrix(n: int = 4, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    m = torch.randn(n, n, generator=g, dtype=torch.float64)
+    skew = (m - m.T) / 2
+    s = torch.randn(n, n, generator=g, dtype=torch.float64)
+    return skew - s @ s.T / n - 0.1 * torch.eye(n, dtype=torch.float64)
+
+
+def _fitted_order(tableau: ButcherTableau, steps: list[int]) -> float:
+    a = _stable_matrix()
+    y0 = torch.linspace(-1.0, 1.0, 4, dtype=torch.float64)
+    exact = torch.linalg.matrix_exp(a) @ y0
+    log_h, log_err = [], []
+    for n in steps:
+        approx = odeint_fixed(lambda y: a @ y, y0, 0.0, 1.0, steps=n, method=tableau)
+        log_h.append(math.log(1.0 / n))
+        log_err.append(math.log((approx - exact).norm().item()))
+    mean_h, mean_e = sum(log_h) / len(log_h), sum(log_err) / len(log_err)
+    cov = sum((h - mean_h) * (e - mean_e) for h, e in zip(log_h, log_err))
+    return cov / sum((h - mean_h) ** 2 for h in log_h)
+
+
+def _steps_for(order: int) -> list[int]:
+    return [16, 32, 64, 128] if order <= 2 else [4, 8, 16, 32]
+
+
+@pytest.mark.parametrize("name", sorted(TABLEAUS))
+def test_convergence_order_on_linear_ode_matches_declared_order(name):
+    tab = TABLEAUS[name]
+    assert _fitted_order(tab, _steps_for(tab.order)) == pytest.approx(tab.order, abs=0.3)
+
+
+@pytest.mark.parametrize("name", ["bosh3", "dopri5"])
+def test_embedded_solution_converges_at_its_embedded_order(name):
+    tab = TABLEAUS[name]
+    b_hat = tuple(b - e for b, e in zip(tab.b, tab.b_error))
+    embedded = ButcherTableau(a=tab.a, b=b_hat, c=tab.c, order=tab.embedded_order)
+    assert _fitted_order(embedded, _steps_for(embedded.order)) == pytest.approx(
+        embedded.order, abs=0.3
+    )
+
+
+def test_rk4_step_matches_hand_expansion_for_exponential_decay():
+    h = 0.1
+    y = torch.tensor([1.0], dtype=torch.float64)
+    # For y' = −y one RK4 step multiplies by the degree-4 Taylor polynomial of e^{−h}.
+    expected = 1 - h + h**2 / 2 - h**3 / 6 + h**4 / 24
+    assert rk_step(lambda z: -z, y, "rk4", h).item() == pytest.approx(expected, rel=1e-14)
+
+
+def test_time_dependent_field_uses_stage_times():
+    # y' = t: every stage sees its node time, so RK4 integrates the linear function exactly.
+    y = odeint_fixed(
+        lambda t, y: torch.full_like(y, t), torch.zeros(1), 0.0, 2.0, 3, "rk4", autonomous=False
+    )
+    assert y.item() == pytest.approx(2.0)
+    y = odeint_fixed(
+        lambda t, y: torch.full_like(y, t**2),
+        torch.zeros(1, dtype=torch.float64),
+        0.0,
+        1.0,
+        1,
+        "rk3",
+        autonomous=False,
+    )
+    assert y.item() == pytest.approx(1 / 3, rel=1e-12)
+
+
+def test_odeint_fixed_rejects_non_positive_steps():
+    with pytest.raises(ValueError, match="steps must be a positive int"):
+        odeint_fixed(lambda y: y, torch.ones(1), steps=0)
+
+
+def test_rk_step_is_differentiable():
+    y = torch.ones(3, requires_grad=True)
+    rk_step(lambda z: torch.sin(z), y, "rk4", 0.5).sum().backward()
+    assert y.grad is not None and torch.all(y.grad != 0)
