@@ -1,0 +1,368 @@
+"""Readers for line-aligned parallel text and JSON Lines, and length filtering.
+
+Policy for bad input: a reader never crashes on content. Empty lines (after stripping
+surrounding whitespace) and lines that are not valid UTF-8 are skipped; in parallel text the
+whole pair is skipped, so alignment is kept. JSON Lines records that are malformed, lack a field
+or hold a non-string value are skipped too, unless ``strict=True``, which raises ``DataError`` at
+the first one. Every skip is counted by reason in a ``ReadReport``, and each kept example keeps
+its 1-based line number, so outputs can be matched back to the original file. Structural
+problems (missing file, parallel files of different lengths) always raise ``DataError``.
+
+Files are read as plain text or gzip, detected from the gzip magic bytes rather than the suffix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+import numpy as np
+
+PathLike = str | os.PathLike[str]
+SkipReason = Literal["empty", "invalid_utf8", "malformed_json", "missing_field", "not_a_string"]
+DropReason = Literal[
+    "source_too_short", "target_too_short", "source_too_long", "target_too_long", "ratio"
+]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class DataError(ValueError):
+    """Input data that cannot be used as asked (missing file, misaligned or malformed input)."""
+
+
+@dataclass(frozen=True)
+class ReadReport:
+    """What a reader did: lines read, examples kept, and lines skipped per reason."""
+
+    paths: tuple[str, ...]
+    lines: int
+    kept: int
+    empty: int = 0
+    invalid_utf8: int = 0
+    malformed_json: int = 0
+    missing_field: int = 0
+    not_a_string: int = 0
+
+    def __post_init__(self) -> None:
+        counts = self.as_dict()
+        negative = {name: value for name, value in counts.items() if value < 0}
+        if negative:
+            raise ValueError(f"ReadReport counts must be non-negative, got {negative}")
+        if self.lines != self.kept + self.skipped:
+            raise ValueError(
+                f"ReadReport: lines={self.lines} != kept={self.kept} + skipped={self.skipped}"
+            )
+
+    @property
+    def skipped(self) -> int:
+        """Lines (or aligned line pairs) not kept, all reasons together."""
+        return (
+            self.empty
+            + self.invalid_utf8
+            + self.malformed_json
+            + self.missing_field
+            + self.not_a_string
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a flat dict, for logging."""
+        counts = asdict(self)
+        del counts["paths"]
+        return counts
+
+
+@dataclass(frozen=True)
+class TextPairs:
+    """Source/target strings read from a corpus, their 1-based line numbers, and the report."""
+
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    line_numbers: tuple[int, ...]
+    report: ReadReport
+
+    def __post_init__(self) -> None:
+        sizes = (len(self.source), len(self.target), len(self.line_numbers), self.report.kept)
+        if len(set(sizes)) != 1:
+            raise ValueError(
+                f"TextPairs sizes disagree: source={sizes[0]}, target={sizes[1]}, "
+                f"line_numbers={sizes[2]}, report.kept={sizes[3]}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return zip(self.source, self.target, strict=True)
+
+
+@dataclass(frozen=True)
+class TextLines:
+    """Monolingual lines, their 1-based line numbers, and the report."""
+
+    lines: tuple[str, ...]
+    line_numbers: tuple[int, ...]
+    report: ReadReport
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+def open_binary(path: PathLike) -> BinaryIO:
+    """Open ``path`` for binary reading, transparently decompressing gzip.
+
+    Raises ``DataError`` naming the path when it does not exist or is not a file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    with path.open("rb") as probe:
+        compressed = probe.read(2) == _GZIP_MAGIC
+    return gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[return-value]
+
+
+def _raw_lines(handle: BinaryIO) -> Iterator[bytes]:
+    """Lines of a binary stream split on ``\\n`` only, without the line terminator."""
+    for line in handle:
+        yield line.rstrip(b"\n")
+
+
+def _decode(raw: bytes, first: bool) -> str | None:
+    """Strict UTF-8 decoding (BOM dropped on the first line), or None when invalid."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text.removeprefix("\ufeff") if first else text
+
+
+def read_lines(path: PathLike) -> TextLines:
+    """Read non-empty, stripped UTF-8 lines of a plain or gzip text file."""
+    kept: list[str] = []
+    numbers: list[int] = []
+    skipped: Counter[str] = Counter()
+    total = 0
+    with open_binary(path) as handle:
+        for total, raw in enumerate(_raw_lines(handle), start=1):
+            text = _decode(raw, total == 1)
+            if text is None:
+                skipped["invalid_utf8"] += 1
+            elif not text.strip():
+                skipped["empty"] += 1
+            else:
+                kept.append(text.strip())
+                numbers.append(total)
+    report = ReadReport(paths=(str(path),), lines=total, kept=len(kept), **skipped)
+    return TextLines(tuple(kept), tuple(numbers), report)
+
+
+def read_parallel_text(source_path: PathLike, target_path: PathLike) -> TextPairs:
+    """Read two line-aligned text files (plain or gzip) into stripped string pairs.
+
+    A pair is skipped when either side is empty or not valid UTF-8 (counted in the report).
+    Files with different line counts raise ``DataError`` naming both files and both counts.
+    """
+    sources: list[str] = []
+    targets: list[str] = []
+    numbers: list[int] = []
+    skipped: Counter[str] = Counter()
+    total = 0
+    with open_binary(source_path) as src_handle, open_binary(target_path) as tgt_handle:
+        src_lines, tgt_lines = _raw_lines(src_handle), _raw_lines(tgt_handle)
+        for total, (src_raw, tgt_raw) in enumerate(zip(src_lines, tgt_lines), start=1):
+            src = _decode(src_raw, total == 1)
+            tgt = _decode(tgt_raw, total == 1)
+            if src is None or tgt is None:
+                skipped["invalid_utf8"] += 1
+            elif not src.strip() or not tgt.strip():
+                skipped["empty"] += 1
+            else:
+                sources.append(src.strip())
+                targets.append(tgt.strip())
+                numbers.append(total)
+        # zip stops at the shorter file; whatever is left in either one is a misalignment.
+        src_rest = sum(1 for _ in src_lines)
+        tgt_rest = sum(1 for _ in tgt_lines)
+    if src_rest or tgt_rest:
+        raise DataError(
+            f"parallel files are not line-aligned: {source_path} has {total + src_rest} lines "
+            f"but {target_path} has {total + tgt_rest}"
+        )
+    report = ReadReport(
+        paths=(str(source_path), str(target_path)), lines=total, kept=len(sources), **skipped
+    )
+    return TextPairs(tuple(sources), tuple(targets), tuple(numbers), report)
+
+
+def read_jsonl_pairs(
+    path: PathLike, source_field: str, target_field: str, *, strict: bool = False
+) -> TextPairs:
+    """Read ``(record[source_field], record[target_field])`` pairs from a JSON Lines file.
+
+    Blank lines and invalid UTF-8 are always skipped. Malformed JSON, a record that is not an
+    object or lacks a field, and a non-string field value are skipped and counted, or raise
+    ``DataError`` (file, line number, reason) when ``strict``. Values are stripped; a pair with
+    an empty side is skipped as ``empty``.
+    """
+    sources: list[str] = []
+    targets: list[str] = []
+    numbers: list[int] = []
+    skipped: Counter[str] = Counter()
+    total = 0
+    with open_binary(path) as handle:
+        for total, raw in enumerate(_raw_lines(handle), start=1):
+            text = _decode(raw, total == 1)
+            if text is None:
+                skipped["invalid_utf8"] += 1
+                continue
+            if not text.strip():
+                skipped["empty"] += 1
+                continue
+            pair, reason = _parse_record(text, source_field, target_field)
+            if reason is not None:
+                if strict:
+                    raise DataError(f"{path}, line {total}: {reason}")
+                skipped[reason.split(":", 1)[0]] += 1
+                continue
+            src, tgt = pair
+            if not src or not tgt:
+                skipped["empty"] += 1
+                continue
+            sources.append(src)
+            targets.append(tgt)
+            numbers.append(total)
+    report = ReadReport(paths=(str(path),), lines=total, kept=len(sources), **skipped)
+    return TextPairs(tuple(sources), tuple(targets), tuple(numbers), report)
+
+
+def _parse_record(
+    text: str, source_field: str, target_field: str
+) -> tuple[tuple[str, str], None] | tuple[None, str]:
+    """The stripped pair of one JSON line, or ``(None, "<reason>: <detail>")``."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"malformed_json: {error}"
+    if not isinstance(record, dict):
+        return None, f"missing_field: record is a JSON {type(record).__name__}, not an object"
+    values = []
+    for name in (source_field, target_field):
+        if name not in record:
+            return None, f"missing_field: no field {name!r} (fields: {sorted(record)})"
+        if not isinstance(record[name], str):
+            return None, f"not_a_string: field {name!r} is {type(record[name]).__name__}"
+        values.append(record[name].strip())
+    return (values[0], values[1]), None
+
+
+@dataclass(frozen=True)
+class FilterReport:
+    """Pairs kept and dropped by a ``LengthFilter``; each dropped pair counts once, under the
+    first failing check in the order of the fields below."""
+
+    total: int
+    kept: int
+    source_too_short: int = 0
+    target_too_short: int = 0
+    source_too_long: int = 0
+    target_too_long: int = 0
+    ratio: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.as_dict().values()) < 0:
+            raise ValueError(f"FilterReport counts must be non-negative, got {self.as_dict()}")
+        if self.total != self.kept + self.dropped:
+            raise ValueError(
+                f"FilterReport: total={self.total} != kept={self.kept} + dropped={self.dropped}"
+            )
+
+    @property
+    def dropped(self) -> int:
+        """Pairs removed, all reasons together."""
+        return (
+            self.source_too_short
+            + self.target_too_short
+            + self.source_too_long
+            + self.target_too_long
+            + self.ratio
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a flat dict, for logging."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LengthFilter:
+    """Keep pairs whose token counts (specials excluded) lie in ``[min, max]`` on each side and
+    whose length ratio ``max(s, t) / max(min(s, t), 1)`` is at most ``max_ratio``.
+
+    ``None`` disables a bound. The default drops only pairs with an empty side.
+    """
+
+    min_source_tokens: int = 1
+    min_target_tokens: int = 1
+    max_source_tokens: int | None = None
+    max_target_tokens: int | None = None
+    max_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        bounds = {
+            "source": (self.min_source_tokens, self.max_source_tokens),
+            "target": (self.min_target_tokens, self.max_target_tokens),
+        }
+        for side, (low, high) in bounds.items():
+            if low < 0:
+                raise ValueError(f"min_{side}_tokens={low} must be >= 0")
+            if high is not None and high < low:
+                raise ValueError(f"max_{side}_tokens={high} must be >= min_{side}_tokens={low}")
+        if self.max_ratio is not None and self.max_ratio < 1.0:
+            raise ValueError(f"max_ratio={self.max_ratio} must be >= 1 (or None)")
+
+    def apply(
+        self, source_lengths: np.ndarray, target_lengths: np.ndarray
+    ) -> tuple[np.ndarray, FilterReport]:
+        """Boolean keep-mask ``(N,)`` for pairs of token counts ``(N,)``, and the report."""
+        src = np.asarray(source_lengths, dtype=np.int64)
+        tgt = np.asarray(target_lengths, dtype=np.int64)
+        if src.shape != tgt.shape or src.ndim != 1:
+            raise ValueError(
+                f"length arrays must be 1-D and equal in shape, got {src.shape} and {tgt.shape}"
+            )
+        no_limit = np.iinfo(np.int64).max
+        max_src = no_limit if self.max_source_tokens is None else self.max_source_tokens
+        max_tgt = no_limit if self.max_target_tokens is None else self.max_target_tokens
+        max_ratio = np.inf if self.max_ratio is None else self.max_ratio
+        ratio = np.maximum(src, tgt) / np.maximum(np.minimum(src, tgt), 1)
+        checks: dict[DropReason, np.ndarray] = {
+            "source_too_short": src < self.min_source_tokens,
+            "target_too_short": tgt < self.min_target_tokens,
+            "source_too_long": src > max_src,
+            "target_too_long": tgt > max_tgt,
+            "ratio": ratio > max_ratio,
+        }
+        keep = np.ones(src.shape, dtype=bool)
+        counts: dict[str, int] = {}
+        for reason, failed in checks.items():
+            counts[reason] = int(np.count_nonzero(keep & failed))
+            keep &= ~failed
+        return keep, FilterReport(total=len(src), kept=int(keep.sum()), **counts)
+
+
+def write_bytes_atomic(path: PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a sibling temporary file and a rename, so ``path`` is
+    either absent, its previous content, or complete, never a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
