@@ -19,6 +19,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -172,12 +173,17 @@ def read_parallel_text(source_path: PathLike, target_path: PathLike) -> TextPair
     targets: list[str] = []
     numbers: list[int] = []
     skipped: Counter[str] = Counter()
-    total = 0
+    counts = [0, 0]
     with open_binary(source_path) as src_handle, open_binary(target_path) as tgt_handle:
-        src_lines, tgt_lines = _raw_lines(src_handle), _raw_lines(tgt_handle)
-        for total, (src_raw, tgt_raw) in enumerate(zip(src_lines, tgt_lines), start=1):
-            src = _decode(src_raw, total == 1)
-            tgt = _decode(tgt_raw, total == 1)
+        lines = zip_longest(_raw_lines(src_handle), _raw_lines(tgt_handle))
+        for src_raw, tgt_raw in lines:
+            counts[0] += src_raw is not None
+            counts[1] += tgt_raw is not None
+            if src_raw is None or tgt_raw is None:
+                continue  # only counting what is left of the longer file
+            number = counts[0]
+            src = _decode(src_raw, number == 1)
+            tgt = _decode(tgt_raw, number == 1)
             if src is None or tgt is None:
                 skipped["invalid_utf8"] += 1
             elif not src.strip() or not tgt.strip():
@@ -185,15 +191,13 @@ def read_parallel_text(source_path: PathLike, target_path: PathLike) -> TextPair
             else:
                 sources.append(src.strip())
                 targets.append(tgt.strip())
-                numbers.append(total)
-        # zip stops at the shorter file; whatever is left in either one is a misalignment.
-        src_rest = sum(1 for _ in src_lines)
-        tgt_rest = sum(1 for _ in tgt_lines)
-    if src_rest or tgt_rest:
+                numbers.append(number)
+    if counts[0] != counts[1]:
         raise DataError(
-            f"parallel files are not line-aligned: {source_path} has {total + src_rest} lines "
-            f"but {target_path} has {total + tgt_rest}"
+            f"parallel files are not line-aligned: {source_path} has {counts[0]} lines "
+            f"but {target_path} has {counts[1]}"
         )
+    total = counts[0]
     report = ReadReport(
         paths=(str(source_path), str(target_path)), lines=total, kept=len(sources), **skipped
     )

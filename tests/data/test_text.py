@@ -1,0 +1,246 @@
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from odet.data import (
+    DataError,
+    FilterReport,
+    LengthFilter,
+    ReadReport,
+    read_jsonl_pairs,
+    read_lines,
+    read_parallel_text,
+)
+from odet.data.text import write_bytes_atomic
+
+
+def write(path: Path, data: bytes, *, compress: bool = False) -> Path:
+    path.write_bytes(gzip.compress(data) if compress else data)
+    return path
+
+
+def test_parallel_text_reads_plain_and_gzip_sides_stripped(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.en", b"Hello world .\r\n  Two  \n")
+    tgt = write(tmp_path / "a.de.gz", "Hallo Welt .\nZwei\u00e4 \n".encode(), compress=True)
+    pairs = read_parallel_text(src, tgt)
+    assert list(pairs) == [("Hello world .", "Hallo Welt ."), ("Two", "Zwei\u00e4")]
+    assert pairs.line_numbers == (1, 2)
+    assert pairs.report.as_dict() == {
+        "lines": 2,
+        "kept": 2,
+        "empty": 0,
+        "invalid_utf8": 0,
+        "malformed_json": 0,
+        "missing_field": 0,
+        "not_a_string": 0,
+    }
+
+
+def test_gzip_is_detected_by_content_not_suffix(tmp_path: Path) -> None:
+    path = write(tmp_path / "plain-name.txt", b"one\ntwo\n", compress=True)
+    assert read_lines(path).lines == ("one", "two")
+
+
+def test_parallel_text_skips_whole_pair_on_empty_or_invalid_utf8_side(tmp_path: Path) -> None:
+    src = write(tmp_path / "s", b"a\n\nc\nd\xff\ne\n   \n")
+    tgt = write(tmp_path / "t", b"A\nB\n\nD\nE\nF\n")
+    pairs = read_parallel_text(src, tgt)
+    assert list(pairs) == [("a", "A"), ("e", "E")]
+    assert pairs.line_numbers == (1, 5)
+    report = pairs.report
+    assert (report.lines, report.kept, report.empty, report.invalid_utf8) == (6, 2, 3, 1)
+    assert report.skipped == 4
+    assert report.paths == (str(src), str(tgt))
+
+
+def test_utf8_byte_order_mark_is_dropped(tmp_path: Path) -> None:
+    path = write(tmp_path / "bom", "\ufeffhello\nworld\n".encode())
+    assert read_lines(path).lines == ("hello", "world")
+
+
+@pytest.mark.parametrize(("src_lines", "tgt_lines"), [(3, 5), (5, 3)])
+def test_line_count_mismatch_names_both_files_and_counts(
+    tmp_path: Path, src_lines: int, tgt_lines: int
+) -> None:
+    src = write(tmp_path / "x.src", b"s\n" * src_lines)
+    tgt = write(tmp_path / "x.tgt", b"t\n" * tgt_lines, compress=True)
+    message = f"{src} has {src_lines} lines but {tgt} has {tgt_lines}"
+    with pytest.raises(DataError, match=message):
+        read_parallel_text(src, tgt)
+
+
+def test_missing_file_is_a_data_error_naming_the_path(tmp_path: Path) -> None:
+    present = write(tmp_path / "present", b"x\n")
+    with pytest.raises(DataError, match="data file not found: .*absent"):
+        read_parallel_text(present, tmp_path / "absent")
+    assert issubclass(DataError, ValueError)
+
+
+def test_read_lines_skips_empty_and_invalid_lines_and_keeps_numbers(tmp_path: Path) -> None:
+    path = write(tmp_path / "mono", b"first\n\n\xc3\x28\nlast")
+    lines = read_lines(path)
+    assert lines.lines == ("first", "last")
+    assert lines.line_numbers == (1, 4)
+    assert (lines.report.empty, lines.report.invalid_utf8) == (1, 1)
+
+
+def jsonl_file(tmp_path: Path) -> Path:
+    records = [
+        json.dumps({"dialogue": "#Person1#: Hi.\n#Person2#: Hello.", "summary": " Greeting. "}),
+        "{not json",
+        json.dumps({"dialogue": "only one field"}),
+        json.dumps({"dialogue": "x", "summary": 3}),
+        json.dumps(["a", "list"]),
+        "",
+        json.dumps({"dialogue": "  ", "summary": "empty source"}),
+        json.dumps({"dialogue": "ok", "summary": "fine", "extra": 1}),
+    ]
+    data = "\n".join(records).encode() + b"\n\xff\xfe\n"
+    return write(tmp_path / "d.jsonl", data)
+
+
+def test_jsonl_pairs_counts_every_skip_reason(tmp_path: Path) -> None:
+    pairs = read_jsonl_pairs(jsonl_file(tmp_path), "dialogue", "summary")
+    assert list(pairs) == [
+        ("#Person1#: Hi.\n#Person2#: Hello.", "Greeting."),
+        ("ok", "fine"),
+    ]
+    assert pairs.line_numbers == (1, 8)
+    report = pairs.report
+    assert (report.malformed_json, report.missing_field, report.not_a_string) == (1, 2, 1)
+    assert (report.empty, report.invalid_utf8, report.lines, report.kept) == (2, 1, 9, 2)
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([b'{"s": "a", "t": "b"}', b"{oops"], r"line 2: malformed_json"),
+        ([b'{"s": "a"}'], r"line 1: missing_field: no field 't' \(fields: \['s'\]\)"),
+        ([b'{"s": "a", "t": null}'], r"line 1: not_a_string: field 't' is NoneType"),
+        ([b"[1, 2]"], r"line 1: missing_field: record is a JSON list"),
+    ],
+)
+def test_strict_jsonl_raises_with_line_and_reason(
+    tmp_path: Path, lines: list[bytes], message: str
+) -> None:
+    path = write(tmp_path / "strict.jsonl", b"\n".join(lines))
+    with pytest.raises(DataError, match=f"strict.jsonl, {message}"):
+        read_jsonl_pairs(path, "s", "t", strict=True)
+
+
+def test_strict_jsonl_still_skips_blank_lines(tmp_path: Path) -> None:
+    path = write(tmp_path / "ok.jsonl", b'\n{"s": "a", "t": "b"}\n\n')
+    pairs = read_jsonl_pairs(path, "s", "t", strict=True)
+    assert list(pairs) == [("a", "b")]
+    assert pairs.report.empty == 2
+
+
+def test_real_multi30k_validation_is_aligned(shared_data: Path) -> None:
+    root = shared_data / "multi30k"
+    pairs = read_parallel_text(root / "val.en.gz", root / "val.de.gz")
+    assert (len(pairs), pairs.report.skipped) == (1014, 0)
+    assert pairs.source[0].startswith("A group of men")
+
+
+def test_real_dialogsum_dev_reads_every_record(shared_data: Path) -> None:
+    pairs = read_jsonl_pairs(
+        shared_data / "dialogsum" / "dialogsum.dev.jsonl", "dialogue", "summary", strict=True
+    )
+    assert len(pairs) == 500
+    assert pairs.source[0].startswith("#Person1#: Hello, how are you doing today?\n#Person2#:")
+
+
+def test_real_jfleg_source_has_754_sentences(shared_data: Path) -> None:
+    lines = read_lines(shared_data / "jfleg" / "dev.src")
+    assert (len(lines), lines.report.lines) == (754, 754)
+    assert not lines.lines[0].endswith(" ")
+
+
+def test_length_filter_drops_each_pair_under_its_first_failing_check() -> None:
+    src = np.array([0, 5, 3, 50, 4, 12, 6, 2])
+    tgt = np.array([4, 0, 3, 45, 60, 3, 6, 0])
+    keep, report = LengthFilter(max_source_tokens=40, max_target_tokens=50, max_ratio=3.0).apply(
+        src, tgt
+    )
+    assert keep.tolist() == [False, False, True, False, False, False, True, False]
+    assert report == FilterReport(
+        total=8,
+        kept=2,
+        source_too_short=1,
+        target_too_short=2,
+        source_too_long=1,
+        target_too_long=1,
+        ratio=1,
+    )
+    assert report.dropped == 6
+
+
+def test_length_filter_ratio_is_symmetric_and_inclusive() -> None:
+    keep, report = LengthFilter(max_ratio=2.0).apply([2, 4, 2, 5], [4, 2, 5, 2])
+    assert keep.tolist() == [True, True, False, False]
+    assert report.ratio == 2
+
+
+def test_length_filter_zero_maximum_is_a_real_bound() -> None:
+    keep, report = LengthFilter(min_source_tokens=0, max_source_tokens=0).apply([0, 1], [1, 1])
+    assert keep.tolist() == [True, False]
+    assert report.source_too_long == 1
+
+
+def test_default_length_filter_only_drops_empty_sides() -> None:
+    keep, report = LengthFilter().apply([1, 0, 900], [700, 2, 1])
+    assert keep.tolist() == [True, False, True]
+    assert report.source_too_short == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_source_tokens": -1}, "min_source_tokens=-1"),
+        ({"min_target_tokens": 5, "max_target_tokens": 4}, "max_target_tokens=4 must be >="),
+        ({"max_ratio": 0.5}, "max_ratio=0.5 must be >= 1"),
+    ],
+)
+def test_length_filter_rejects_invalid_bounds(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LengthFilter(**kwargs)  # type: ignore[arg-type]
+
+
+def test_length_filter_rejects_mismatched_arrays() -> None:
+    with pytest.raises(ValueError, match="equal in shape"):
+        LengthFilter().apply([1, 2], [1])
+
+
+def test_reports_reject_inconsistent_counts() -> None:
+    with pytest.raises(ValueError, match="lines=3 != kept=1 \\+ skipped=1"):
+        ReadReport(paths=("x",), lines=3, kept=1, empty=1)
+    with pytest.raises(ValueError, match="total=3 != kept=1 \\+ dropped=0"):
+        FilterReport(total=3, kept=1)
+
+
+def test_atomic_write_replaces_content_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "file.bin"
+    write_bytes_atomic(target, b"old")
+    write_bytes_atomic(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert [p.name for p in target.parent.iterdir()] == ["file.bin"]
+
+
+def test_failed_atomic_write_keeps_previous_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = write(tmp_path / "file.bin", b"old")
+
+    def broken_replace(source: object, destination: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("odet.data.text.os.replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_bytes_atomic(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
