@@ -1,0 +1,177 @@
+"""How an RK block combines its stage derivatives ``k_1 … k_s`` into the update ``Σ w_i k_i``.
+
+- ``fixed``: the tableau's weights ``b`` (a textbook RK step).
+- ``learned``: one free scalar per stage, initialised to ``b``.
+- ``gated`` (the ODE Transformer's RK2-learnable): ``g k1 + (1 − g) k2`` with
+  ``g = sigmoid(W [k1; k2] + b)``, ``W: 2D → 1`` (one gate per token), Xavier init, zero bias.
+- ``ema`` (PCformer-style exponential moving average over stages, ``α = sigmoid(θ)`` learnable,
+  ``α = ½`` at init): the latest stage gets ``α``, the one before ``α(1 − α)``, …, ``k_2`` gets
+  ``α(1 − α)^{s−2}``, and ``k_1`` the remaining ``(1 − α)^{s−1}``, so the weights always sum to one
+  (a consistent method; with two stages at init this is Heun's ``½, ½``). The plain formula
+  ``α(1 − α)^{s−i}`` for every stage would sum to ``1 − (1 − α)^s`` and shrink the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from odet.ode import ButcherTableau
+
+CoefficientScheme = Literal["fixed", "learned", "gated", "ema"]
+
+
+class Coefficients(nn.Module):
+    """Base: ``forward(k) -> Σ_i w_i k_i`` for stage derivatives ``k_i (B, T, D)``."""
+
+    def forward(self, k: Sequence[Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def weights(self) -> Tensor | None:
+        """The current per-stage weights ``(s,)`` where they do not depend on the input."""
+        return None
+
+
+class FixedCoefficients(Coefficients):
+    """The tableau's ``b``."""
+
+    def __init__(self, tableau: ButcherTableau):
+        super().__init__()
+        self.b = tableau.b
+
+    def forward(self, k: Sequence[Tensor]) -> Tensor:
+        terms = [w * ki for w, ki in zip(self.b, k) if w != 0.0]
+        out = terms[0]
+        for term in terms[1:]:
+            out = out + term
+        return out
+
+    def weights(self) -> Tensor:
+        return torch.tensor(self.b)
+
+
+class LearnedCoefficients(Coefficients):
+    """One learnable scalar per stage, initialised to ``b``."""
+
+    def __init__(self, tableau: ButcherTableau):
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(tableau.b))
+
+    def forward(self, k: Sequence[Tensor]) -> Tensor:
+        out = self.weight[0] * k[0]
+        for i in range(1, len(k)):
+            out = out + self.weight[i] * k[i]
+        return out
+
+    def weights(self) -> Tensor:
+        return self.weight.detach()
+
+
+class GatedCoefficients(Coefficients):
+    """``g k1 + (1 − g) k2``, ``g = sigmoid(W [k1; k2] + b)`` per token (two stages only).
+
+    One instance may be shared by every block of a stack, as in the paper's code.
+    """
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.gate = nn.Linear(2 * d_model, 1)
+        nn.init.xavier_uniform_(self.gate.weight)
+        nn.init.zeros_(self.gate.bias)
+
+    def gate_values(self, k1: Tensor, k2: Tensor) -> Tensor:
+        """``g (B, T, 1)`` from ``k1, k2 (B, T, D)``."""
+        return torch.sigmoid(self.gate(torch.cat([k1, k2], dim=-1)))
+
+    def forward(self, k: Sequence[Tensor]) -> Tensor:
+        if len(k) != 2:
+            raise ValueError(f"gated coefficients combine exactly 2 stages, got {len(k)}")
+        g = self.gate_values(k[0], k[1])
+        return g * k[0] + (1.0 - g) * k[1]
+
+
+class EMACoefficients(Coefficients):
+    """Exponential-moving-average weights over the stages with learnable ``α`` (see module doc)."""
+
+    def __init__(self, num_stages: int, alpha: float = 0.5):
+        super().__init__()
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"ema alpha must lie in (0, 1), got {alpha}")
+        self.num_stages = num_stages
+        self.alpha_logit = nn.Parameter(torch.logit(torch.tensor(alpha)))
+
+    @property
+    def alpha(self) -> Tensor:
+        return torch.sigmoid(self.alpha_logit)
+
+    def _weights(self) -> Tensor:
+        a, s = self.alpha, self.num_stages
+        first = (1.0 - a) ** (s - 1)
+        return torch.stack([first, *(a * (1.0 - a) ** (s - i) for i in range(2, s + 1))])
+
+    def forward(self, k: Sequence[Tensor]) -> Tensor:
+        w = self._weights().to(k[0].dtype)
+        out = w[0] * k[0]
+        for i in range(1, len(k)):
+            out = out + w[i] * k[i]
+        return out
+
+    def weights(self) -> Tensor:
+        return self._weights().detach()
+
+
+def _fixed(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
+    return FixedCoefficients(tableau)
+
+
+def _learned(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
+    return LearnedCoefficients(tableau)
+
+
+def _gated(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
+    _check_two_stages(tableau)
+    if d_model is None:
+        raise ValueError("gated coefficients need d_model (the width of the stages)")
+    return GatedCoefficients(d_model)
+
+
+def _ema(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
+    return EMACoefficients(tableau.num_stages)
+
+
+COEFFICIENTS: dict[str, Callable[[ButcherTableau, int | None], Coefficients]] = {
+    "fixed": _fixed,
+    "learned": _learned,
+    "gated": _gated,
+    "ema": _ema,
+}
+"""Coefficient schemes by name: ``factory(tableau, d_model) -> Coefficients``."""
+
+
+def make_coefficients(
+    scheme: CoefficientScheme | Coefficients,
+    tableau: ButcherTableau,
+    *,
+    d_model: int | None = None,
+) -> Coefficients:
+    """Build a coefficient module by name, or pass an existing (possibly shared) one through."""
+    if isinstance(scheme, Coefficients):
+        if isinstance(scheme, GatedCoefficients):
+            _check_two_stages(tableau)
+        return scheme
+    if scheme not in COEFFICIENTS:
+        raise ValueError(
+            f"unknown coefficient scheme {scheme!r}; choose one of {list(COEFFICIENTS)}"
+        )
+    return COEFFICIENTS[scheme](tableau, d_model)
+
+
+def _check_two_stages(tableau: ButcherTableau) -> None:
+    if tableau.num_stages != 2:
+        raise ValueError(
+            f"gated coefficients combine exactly two stages (RK2-style), but method "
+            f"{tableau.name!r} has {tableau.num_stages}; use 'fixed', 'learned' or 'ema'"
+        )

@@ -1,0 +1,170 @@
+"""Typed configuration: dataclasses checked against their annotations, loaded from dicts/YAML.
+
+Every config class in odet is a dataclass whose ``__post_init__`` calls ``check_types(self)``
+and then checks its own value ranges. ``from_dict`` rejects unknown keys (suggesting the nearest
+valid one), so a typo in a YAML file is an error, never a silently ignored option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names the key and what is allowed."""
+
+
+T = TypeVar("T")
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(v) for v in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_describe(a) for a in typing.get_args(tp))
+    if origin in (tuple, list):
+        return f"{origin.__name__}[{', '.join(_describe(a) for a in typing.get_args(tp))}]"
+    return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True
+    if tp is type(None):
+        return value is None
+    if origin is Literal:
+        return any(value == v and type(value) is type(v) for v in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, a) for a in typing.get_args(tp))
+    if origin in (tuple, list):
+        if not isinstance(value, origin):
+            return False
+        args = typing.get_args(tp)
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        if origin is list:
+            return all(_matches(v, args[0]) for v in value) if args else True
+        return len(args) == len(value) and all(_matches(v, a) for v, a in zip(value, args))
+    if origin is dict:
+        return isinstance(value, dict)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def check_types(obj: Any) -> None:
+    """Raise ``ConfigError`` if a field of dataclass ``obj`` does not match its annotation.
+
+    Ints are accepted (and converted) where floats are expected; bools are never ints.
+    """
+    hints = typing.get_type_hints(type(obj))
+    name = type(obj).__name__
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        tp = hints[f.name]
+        if not _matches(value, tp):
+            raise ConfigError(
+                f"{name}.{f.name} = {value!r} ({type(value).__name__}) is invalid; "
+                f"expected {_describe(tp)}"
+            )
+        if tp is float and isinstance(value, int):
+            object.__setattr__(obj, f.name, float(value))
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise ``ConfigError(message)`` unless ``condition``."""
+    if not condition:
+        raise ConfigError(message)
+
+
+def suggest(key: str, valid: typing.Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest valid key, or ``""``."""
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping; unknown keys are errors with a suggestion.
+
+    Nested dataclass fields are built recursively from nested mappings.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            raise ConfigError(f"unknown config key {path!r}{suggest(str(key), fields)}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
+            value = from_dict(tp, value, where=path)  # type: ignore[arg-type]
+        elif typing.get_origin(tp) is tuple and isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{where or cls.__name__}: missing required key(s) {missing}")
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}" if where else str(err)) from None
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A plain, JSON/YAML-serialisable dict of a (nested) config dataclass."""
+    return _plain(dataclasses.asdict(obj))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; a missing file or malformed YAML is a ``ConfigError``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    except yaml.YAMLError as err:
+        where, problem = "", str(err)
+        if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+            mark = err.problem_mark
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+            problem = err.problem or problem
+        raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data

@@ -1,0 +1,130 @@
+"""The model configuration: typed, validated on construction, serialisable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from odet.blocks import STACK_METHODS
+from odet.config import check, check_types, from_dict, suggest, to_dict
+from odet.ode import get_tableau
+
+CoefficientName = Literal["fixed", "learned", "gated", "ema"]
+
+
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    """An encoder–decoder ODE Transformer.
+
+    ``encoder_method`` / ``decoder_method`` name the integrator of each stack (``"euler"`` is the
+    ordinary pre-norm Transformer; ``"rk2"``, ``"rk4"`` … are RK blocks over shared layers).
+    ``coefficients`` applies to every multi-stage stack (``decoder_coefficients`` overrides it for
+    the decoder); one-stage stacks are plain residual stacks whatever it says.
+    """
+
+    vocab_size: int
+    d_model: int = 512
+    num_heads: int = 8
+    ffn_dim: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_method: str = "euler"
+    decoder_method: str = "euler"
+    coefficients: CoefficientName = "fixed"
+    decoder_coefficients: CoefficientName | None = None
+    share_gate: bool = False
+    field_convention: Literal["textbook", "layer"] = "textbook"
+    stage_norm: bool = False
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: Literal["relu", "gelu"] = "relu"
+    max_positions: int = 1024
+    tgt_vocab_size: int | None = None
+    share_all_embeddings: bool = False
+    share_decoder_embeddings: bool = True
+    scale_embeddings: bool = True
+    norm_eps: float = 1e-5
+    pad_id: int = 0
+    unk_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for key in (
+            "vocab_size",
+            "d_model",
+            "num_heads",
+            "ffn_dim",
+            "encoder_layers",
+            "decoder_layers",
+            "max_positions",
+        ):
+            check(
+                getattr(self, key) >= 1,
+                f"Seq2SeqConfig.{key} must be >= 1, got {getattr(self, key)}",
+            )
+        check(
+            self.d_model % self.num_heads == 0,
+            f"Seq2SeqConfig.d_model ({self.d_model}) must be divisible by num_heads "
+            f"({self.num_heads})",
+        )
+        for key in ("dropout", "attention_dropout", "activation_dropout"):
+            check(
+                0.0 <= getattr(self, key) < 1.0,
+                f"Seq2SeqConfig.{key} must lie in [0, 1), got {getattr(self, key)}",
+            )
+        for key in ("encoder_method", "decoder_method"):
+            method = getattr(self, key)
+            check(
+                method in STACK_METHODS,
+                f"Seq2SeqConfig.{key} = {method!r} is not a known method"
+                f"{suggest(method, STACK_METHODS)}; choose one of {sorted(STACK_METHODS)}",
+            )
+        for key, method, scheme in (
+            ("coefficients", self.encoder_method, self.coefficients),
+            ("decoder_coefficients", self.decoder_method, self.decoder_scheme),
+        ):
+            stages = get_tableau(method).num_stages
+            check(
+                scheme != "gated" or stages in (1, 2),
+                f"Seq2SeqConfig.{key} = 'gated' needs a two-stage method, but "
+                f"{method!r} has {stages} stages; use 'fixed', 'learned' or 'ema'",
+            )
+        if self.tgt_vocab_size is not None:
+            check(self.tgt_vocab_size >= 1, "Seq2SeqConfig.tgt_vocab_size must be >= 1")
+        check(
+            not self.share_all_embeddings or self.target_vocab_size == self.vocab_size,
+            "Seq2SeqConfig.share_all_embeddings needs one joint vocabulary (tgt_vocab_size "
+            f"{self.tgt_vocab_size} != vocab_size {self.vocab_size})",
+        )
+        ids = {
+            "pad_id": self.pad_id,
+            "unk_id": self.unk_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
+        check(len(set(ids.values())) == 4, f"Seq2SeqConfig special ids must be distinct: {ids}")
+        for key, value in ids.items():
+            check(
+                0 <= value < min(self.vocab_size, self.target_vocab_size),
+                f"Seq2SeqConfig.{key} = {value} is outside the vocabulary",
+            )
+        check(self.norm_eps > 0, "Seq2SeqConfig.norm_eps must be > 0")
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+
+    @property
+    def decoder_scheme(self) -> CoefficientName:
+        return self.coefficients if self.decoder_coefficients is None else self.decoder_coefficients
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Seq2SeqConfig:
+        """Build from a mapping (e.g. YAML); unknown keys are errors naming the closest key."""
+        return from_dict(cls, data, where="model")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)

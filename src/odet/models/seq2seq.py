@@ -1,0 +1,301 @@
+"""The encoder–decoder ODE Transformer — one file, read top to bottom.
+
+::
+
+    src (B, S) ─► embed·√D + positions ─► encoder stack (blocks of `encoder_method`) ─► LN ─► memory
+    tgt (B, T) ─► embed·√D + positions ─► decoder stack (blocks of `decoder_method`,
+                                          cross-attending to memory)           ─► LN ─► logits
+
+Each stack is an integrator: ``encoder_method="euler"`` is the ordinary pre-norm Transformer,
+``"rk2"``/``"rk4"``… evaluate one shared layer per block at several stages. Decoding is either
+teacher-forced (``forward``) or incremental with a ``DecoderState`` whose self-attention caches are
+keyed by (block, stage), so RK decoders decode exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from odet.blocks import build_stack
+from odet.models.config import Seq2SeqConfig
+from odet.models.serialization import load_model_dir, save_model_dir
+from odet.nn import (
+    DecoderField,
+    DecoderState,
+    EncoderField,
+    KVCache,
+    SinusoidalPositions,
+    TokenEmbedding,
+)
+
+
+@dataclass
+class EncoderOutput:
+    """``memory (B, S, D)`` and its ``padding_mask (B, S)`` (True at padding)."""
+
+    memory: Tensor
+    padding_mask: Tensor
+
+    def reorder(self, index: Tensor) -> EncoderOutput:
+        return EncoderOutput(
+            self.memory.index_select(0, index), self.padding_mask.index_select(0, index)
+        )
+
+
+class Seq2Seq(nn.Module):
+    """Encoder–decoder Transformer whose stacks are ODE integrators (see module docstring).
+
+    Example:
+        >>> import torch
+        >>> from odet.models import Seq2Seq, Seq2SeqConfig
+        >>> cfg = Seq2SeqConfig(vocab_size=100, d_model=32, num_heads=4, ffn_dim=64,
+        ...                     encoder_layers=2, decoder_layers=2, encoder_method="rk2",
+        ...                     coefficients="gated")
+        >>> model = Seq2Seq(cfg).eval()
+        >>> src = torch.randint(4, 100, (3, 7))
+        >>> model(src, torch.full((3, 5), cfg.bos_id)).shape
+        torch.Size([3, 5, 100])
+    """
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = c = config
+        self.src_embed = TokenEmbedding(c.vocab_size, c.d_model, c.pad_id, c.scale_embeddings)
+        self.tgt_embed = (
+            self.src_embed
+            if c.share_all_embeddings
+            else TokenEmbedding(c.target_vocab_size, c.d_model, c.pad_id, c.scale_embeddings)
+        )
+        self.positions = SinusoidalPositions(c.max_positions, c.d_model)
+        self.embed_dropout = nn.Dropout(c.dropout)
+
+        field_options = dict(
+            dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
+            activation_dropout=c.activation_dropout,
+            activation=c.activation,
+            convention=c.field_convention,
+            stage_norm=c.stage_norm,
+            norm_eps=c.norm_eps,
+        )
+        self.encoder = build_stack(
+            c.encoder_method,
+            lambda: EncoderField(c.d_model, c.num_heads, c.ffn_dim, **field_options),
+            c.encoder_layers,
+            coefficients=c.coefficients,
+            d_model=c.d_model,
+            share_gate=c.share_gate,
+        )
+        self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
+        self.decoder = build_stack(
+            c.decoder_method,
+            lambda: DecoderField(c.d_model, c.num_heads, c.ffn_dim, **field_options),
+            c.decoder_layers,
+            coefficients=c.decoder_scheme,
+            d_model=c.d_model,
+            share_gate=c.share_gate,
+        )
+        self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
+        self.output_projection = nn.Linear(c.d_model, c.target_vocab_size, bias=False)
+        self._init_weights()
+        if c.share_decoder_embeddings or c.share_all_embeddings:
+            self.output_projection.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform projections with zero biases; embeddings keep ``N(0, D^-1/2)``."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module is not self.output_projection:
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        nn.init.normal_(self.output_projection.weight, std=self.config.d_model**-0.5)
+
+    # ------------------------------------------------------------------ encoder
+    def encode(self, src_tokens: Tensor) -> EncoderOutput:
+        """``src_tokens (B, S)`` → memory ``(B, S, D)`` and its padding mask."""
+        self._check_tokens("src_tokens", src_tokens, self.config.vocab_size)
+        padding_mask = src_tokens.eq(self.config.pad_id)  # (B, S)
+        if padding_mask.all(dim=1).any():
+            empty = padding_mask.all(dim=1).nonzero().flatten().tolist()
+            raise ValueError(f"src_tokens rows {empty} contain only padding (empty sources)")
+        x = self.src_embed(src_tokens) + self.positions(src_tokens.shape[1])  # (B, S, D)
+        x = self.encoder(self.embed_dropout(x), padding_mask=padding_mask)
+        return EncoderOutput(self.encoder_norm(x), padding_mask)
+
+    # ------------------------------------------------------------------ decoder
+    def init_state(self, encoder_out: EncoderOutput) -> DecoderState:
+        """A fresh incremental-decoding state: each block's memory keys/values projected once,
+        and one empty self-attention cache per (block, stage)."""
+        blocks = self.decoder.blocks
+        return DecoderState(
+            self_attn={
+                (l, i): KVCache() for l, block in enumerate(blocks) for i in range(block.num_stages)
+            },
+            memory_kv={
+                l: block.field.project_memory(encoder_out.memory) for l, block in enumerate(blocks)
+            },
+            memory_padding_mask=encoder_out.padding_mask,
+            stage_counts=self.decoder.stage_counts,
+        )
+
+    def decode(
+        self,
+        tgt_tokens: Tensor,
+        encoder_out: EncoderOutput | None = None,
+        state: DecoderState | None = None,
+    ) -> Tensor:
+        """Logits ``(B, T, V)`` for decoder inputs ``tgt_tokens (B, T)``.
+
+        Without ``state`` the whole prefix is decoded (teacher forcing). With ``state`` only the
+        new positions are given; they are appended to the caches and ``state.length`` advances.
+        """
+        self._check_tokens("tgt_tokens", tgt_tokens, self.config.target_vocab_size)
+        offset = 0 if state is None else state.length
+        x = self.tgt_embed(tgt_tokens) + self.positions(tgt_tokens.shape[1], offset)  # (B, T, D)
+        x = self.embed_dropout(x)
+        if state is None:
+            if encoder_out is None:
+                raise ValueError("decode needs encoder_out (teacher forcing) or a DecoderState")
+            block_kwargs = [
+                {"memory_kv": block.field.project_memory(encoder_out.memory)}
+                for block in self.decoder.blocks
+            ]
+            memory_padding_mask = encoder_out.padding_mask
+        else:
+            block_kwargs = [
+                {"memory_kv": state.memory_kv[l], "cache": state.block_caches(l)}
+                for l in range(len(self.decoder.blocks))
+            ]
+            memory_padding_mask = state.memory_padding_mask
+        x = self.decoder(x, block_kwargs=block_kwargs, memory_padding_mask=memory_padding_mask)
+        if state is not None:
+            state.length += tgt_tokens.shape[1]
+        return self.output_projection(self.decoder_norm(x))
+
+    def forward(self, src_tokens: Tensor, tgt_tokens: Tensor) -> Tensor:
+        """Teacher-forced logits ``(B, T, V)``; ``tgt_tokens`` starts with BOS."""
+        return self.decode(tgt_tokens, self.encode(src_tokens))
+
+    # ------------------------------------------------------------------ generation
+    def incremental_decoder(
+        self, encoder_out: EncoderOutput, use_cache: bool = True
+    ) -> Seq2SeqDecoder:
+        """The model as an ``odet.generation.IncrementalDecoder`` over one encoded batch."""
+        return Seq2SeqDecoder(self, encoder_out, use_cache)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        src_tokens: Tensor,
+        beam_size: int = 1,
+        max_len: int | None = None,
+        use_cache: bool = True,
+        **search_options: float | int,
+    ) -> list[list[int]]:
+        """Translate a batch: the best hypothesis per source, without BOS/EOS.
+
+        ``beam_size=1`` is greedy search; ``max_len`` (default ``2·S + 10``) bounds the number of
+        generated tokens; ``search_options`` go to the search strategy (``length_penalty``,
+        ``min_len``, ``no_repeat_ngram_size``). ``use_cache=False`` recomputes the decoder over
+        the whole prefix at every step and returns the same tokens.
+        """
+        from odet.generation import generate_tokens  # generation depends on models, not back
+
+        encoder_out = self.encode(src_tokens)
+        if max_len is None:
+            max_len = 2 * src_tokens.shape[1] + 10
+        max_len = min(max_len, self.config.max_positions - 1)
+        return generate_tokens(
+            self.incremental_decoder(encoder_out, use_cache),
+            batch_size=src_tokens.shape[0],
+            beam_size=beam_size,
+            max_len=max_len,
+            bos_id=self.config.bos_id,
+            eos_id=self.config.eos_id,
+            pad_id=self.config.pad_id,
+            **search_options,
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, path: str | Path) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` to directory ``path``."""
+        return save_model_dir(self, self.config.to_dict(), path, model_type="seq2seq")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, map_location: str | torch.device = "cpu") -> Seq2Seq:
+        """Load a model written by ``save_pretrained`` (no pickle: JSON + safetensors)."""
+        return load_model_dir(
+            path,
+            model_type="seq2seq",
+            build=lambda data: cls(Seq2SeqConfig.from_dict(data)),
+            map_location=map_location,
+        )
+
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (shared embeddings and gates counted once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------ input checks
+    def _check_tokens(self, name: str, tokens: Tensor, vocab_size: int) -> None:
+        if not isinstance(tokens, Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}"
+            )
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise TypeError(
+                f"{name} must be an integer tensor of token ids (torch.long), got {tokens.dtype}"
+            )
+        if tokens.dim() != 2:
+            raise ValueError(f"{name} must have shape (batch, length), got {tuple(tokens.shape)}")
+        if tokens.numel() == 0:
+            raise ValueError(f"{name} is an empty batch (shape {tuple(tokens.shape)})")
+        if tokens.shape[1] > self.config.max_positions:
+            raise ValueError(
+                f"{name} has length {tokens.shape[1]}, longer than the model's max_positions="
+                f"{self.config.max_positions}; truncate the input"
+            )
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"{name} contains token id {bad} outside the vocabulary [0, {vocab_size})"
+            )
+
+
+class Seq2SeqDecoder:
+    """``IncrementalDecoder`` adapter: next-token log-probabilities for the generation loop.
+
+    With ``use_cache`` each step feeds only the newest token through the decoder and its
+    ``DecoderState``; without, each step decodes the whole prefix again (the reference the cached
+    path must match). ``reorder`` follows beam expansion, pruning and finished sentences.
+    """
+
+    def __init__(self, model: Seq2Seq, encoder_out: EncoderOutput, use_cache: bool):
+        self.model = model
+        self.encoder_out = encoder_out
+        self.state = model.init_state(encoder_out) if use_cache else None
+
+    def step(self, prefix: Tensor) -> Tensor:
+        """``prefix (N, t)`` starting with BOS → log-probabilities ``(N, V)`` of the next token."""
+        if self.state is None:
+            logits = self.model.decode(prefix, self.encoder_out)[:, -1]
+        else:
+            if prefix.shape[1] != self.state.length + 1:
+                raise ValueError(
+                    f"cached decoder has seen {self.state.length} positions but got a prefix of "
+                    f"{prefix.shape[1]}; each step must add exactly one token"
+                )
+            logits = self.model.decode(prefix[:, -1:], state=self.state)[:, -1]
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()
+        return F.log_softmax(logits, dim=-1)
+
+    def reorder(self, index: Tensor) -> None:
+        self.encoder_out = self.encoder_out.reorder(index)
+        if self.state is not None:
+            self.state.reorder(index)

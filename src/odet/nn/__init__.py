@@ -1,0 +1,24 @@
+"""Transformer building blocks: attention with caches, feed-forward, embeddings and fields."""
+
+from odet.nn.attention import CrossAttention, KVCache, SelfAttention, attention_mask
+from odet.nn.embedding import SinusoidalPositions, TokenEmbedding, sinusoidal_table
+from odet.nn.feedforward import ACTIVATIONS, FeedForward
+from odet.nn.fields import FIELD_CONVENTIONS, DecoderField, EncoderField, FieldOutput
+from odet.nn.state import DecoderState
+
+__all__ = [
+    "ACTIVATIONS",
+    "FIELD_CONVENTIONS",
+    "CrossAttention",
+    "DecoderField",
+    "DecoderState",
+    "EncoderField",
+    "FeedForward",
+    "FieldOutput",
+    "KVCache",
+    "SelfAttention",
+    "SinusoidalPositions",
+    "TokenEmbedding",
+    "attention_mask",
+    "sinusoidal_table",
+]

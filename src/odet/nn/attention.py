@@ -1,0 +1,154 @@
+"""Multi-head attention on ``F.scaled_dot_product_attention``, with an explicit key/value cache.
+
+Self-attention projects queries, keys and values with one fused matrix; cross-attention projects
+the encoder memory into keys and values once (``project_memory``) so every stage of an RK decoder
+block — and every decoding step — reuses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class KVCache:
+    """Keys and values of the positions attended to so far, each ``(B, H, S, Dh)``.
+
+    A self-attention cache grows by ``append`` one decoding step at a time; a cross-attention
+    cache is filled once with the projected encoder memory. ``reorder`` follows beam search.
+    """
+
+    key: Tensor | None = None
+    value: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.key is None else self.key.shape[2]
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new positions' keys/values and return all of them."""
+        if self.key is None or self.value is None:
+            self.key, self.value = key, value
+        else:
+            self.key = torch.cat([self.key, key], dim=2)
+            self.value = torch.cat([self.value, value], dim=2)
+        return self.key, self.value
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` ``(N',)`` of the batch: row i becomes old row ``index[i]``."""
+        if self.key is not None and self.value is not None:
+            self.key = self.key.index_select(0, index)
+            self.value = self.value.index_select(0, index)
+
+
+def _split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """``(B, T, H·Dh) -> (B, H, T, Dh)``."""
+    b, t, _ = x.shape
+    return x.view(b, t, num_heads, -1).transpose(1, 2)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """``(B, H, T, Dh) -> (B, T, H·Dh)``."""
+    b, _, t, _ = x.shape
+    return x.transpose(1, 2).reshape(b, t, -1)
+
+
+def attention_mask(
+    key_padding_mask: Tensor | None, num_queries: int, num_keys: int, causal: bool
+) -> Tensor | None:
+    """A boolean SDPA mask (True = attend), broadcastable to ``(B, H, Tq, S)``, or None.
+
+    ``key_padding_mask`` is ``(B, S)`` with True at padding. Causal masks are bottom-right aligned:
+    query i (of the last ``num_queries`` positions) sees keys ``j ≤ S − Tq + i``, which is what
+    incremental decoding with a cache of ``S − Tq`` earlier positions needs.
+    """
+    mask = None
+    if causal and num_queries > 1:
+        past = num_keys - num_queries
+        q = torch.arange(num_queries, device=_device(key_padding_mask)).unsqueeze(1)
+        k = torch.arange(num_keys, device=q.device).unsqueeze(0)
+        mask = (k <= q + past).view(1, 1, num_queries, num_keys)
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask.view(key_padding_mask.shape[0], 1, 1, num_keys)
+        mask = keep if mask is None else mask & keep
+    return mask
+
+
+def _device(t: Tensor | None) -> torch.device | None:
+    return None if t is None else t.device
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention ``(B, T, D) -> (B, T, D)`` with fused QKV projection."""
+
+    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """``x (B, T, D)``; ``padding_mask (B, S)`` True at padded keys (S = T, or the cache's
+        length plus T); with ``cache`` the keys/values of earlier positions are reused and the new
+        ones appended."""
+        q, k, v = (_split_heads(t, self.num_heads) for t in self.qkv_proj(x).chunk(3, dim=-1))
+        if cache is not None:
+            k, v = cache.append(k, v)
+        tq, s = q.shape[2], k.shape[2]
+        dropout = self.dropout if self.training else 0.0
+        if causal and padding_mask is None and tq == s:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:
+            mask = attention_mask(padding_mask, tq, s, causal)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.out_proj(_merge_heads(out))
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from decoder states ``(B, T, D)`` to encoder memory ``(B, S, D)``."""
+
+    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def project_memory(self, memory: Tensor) -> KVCache:
+        """Keys and values of the memory ``(B, S, D)``, computed once and reused."""
+        k, v = (_split_heads(t, self.num_heads) for t in self.kv_proj(memory).chunk(2, dim=-1))
+        return KVCache(k, v)
+
+    def forward(
+        self, x: Tensor, memory_kv: KVCache, *, memory_padding_mask: Tensor | None = None
+    ) -> Tensor:
+        """``x (B, T, D)`` attends to the projected memory; ``memory_padding_mask (B, S)``."""
+        if memory_kv.key is None or memory_kv.value is None:
+            raise ValueError("memory_kv is empty: call project_memory(memory) first")
+        q = _split_heads(self.q_proj(x), self.num_heads)
+        mask = attention_mask(memory_padding_mask, q.shape[2], memory_kv.length, causal=False)
+        out = F.scaled_dot_product_attention(
+            q,
+            memory_kv.key,
+            memory_kv.value,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return self.out_proj(_merge_heads(out))

@@ -1,0 +1,163 @@
+import pytest
+import torch
+from torch import nn
+
+from odet.blocks import (
+    EMACoefficients,
+    GatedCoefficients,
+    ODEBlock,
+    build_stack,
+)
+from odet.ode import TABLEAUS
+
+
+class TanhField(nn.Module):
+    """A small smooth field F(z) = W2 tanh(W1 z)."""
+
+    def __init__(self, d: int = 6):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d, 12), nn.Tanh(), nn.Linear(12, d))
+
+    def forward(self, z):
+        return self.net(z)
+
+
+class ZeroField(nn.Module):
+    def forward(self, z, **_):
+        return torch.zeros_like(z)
+
+
+def _textbook(method: str, F, y):
+    if method == "euler":
+        return y + F(y)
+    if method == "rk2":
+        k1 = F(y)
+        k2 = F(y + k1)
+        return y + (k1 + k2) / 2
+    if method == "rk3":
+        k1 = F(y)
+        k2 = F(y + k1 / 2)
+        k3 = F(y - k1 + 2 * k2)
+        return y + (k1 + 4 * k2 + k3) / 6
+    if method == "rk4":
+        k1 = F(y)
+        k2 = F(y + k1 / 2)
+        k3 = F(y + k2 / 2)
+        k4 = F(y + k3)
+        return y + (k1 + 2 * k2 + 2 * k3 + k4) / 6
+    raise AssertionError(method)
+
+
+@pytest.mark.parametrize("method", ["euler", "rk2", "rk3", "rk4"])
+def test_block_equals_textbook_formula(method):
+    torch.manual_seed(0)
+    field = TanhField()
+    y = torch.randn(2, 5, 6)
+    expected = _textbook(method, field, y)
+    torch.testing.assert_close(ODEBlock(field, method)(y), expected, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", sorted(TABLEAUS))
+@pytest.mark.parametrize("scheme", ["fixed", "learned", "ema"])
+def test_zero_field_gives_identity(method, scheme):
+    y = torch.randn(2, 3, 6)
+    torch.testing.assert_close(ODEBlock(ZeroField(), method, scheme)(y), y, atol=0, rtol=0)
+
+
+def test_zero_field_gives_identity_with_gated_rk2():
+    y = torch.randn(2, 3, 6)
+    block = ODEBlock(ZeroField(), "rk2", "gated", d_model=6)
+    torch.testing.assert_close(block(y), y, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["rk2", "rk3", "rk4", "dopri5"])
+def test_learned_coefficients_at_initialisation_equal_fixed(method):
+    torch.manual_seed(1)
+    field = TanhField()
+    y = torch.randn(2, 4, 6)
+    fixed = ODEBlock(field, method, "fixed")(y)
+    learned = ODEBlock(field, method, "learned")
+    torch.testing.assert_close(learned(y), fixed, atol=1e-6, rtol=1e-6)
+    assert learned.coefficients.weight.requires_grad
+
+
+def test_gated_rk2_matches_the_papers_formula():
+    torch.manual_seed(2)
+    field = TanhField()
+    block = ODEBlock(field, "rk2", "gated", d_model=6)
+    gate = block.coefficients.gate
+    y = torch.randn(2, 4, 6)
+    k1 = field(y)
+    k2 = field(y + k1)
+    g = torch.sigmoid(torch.cat([k1, k2], -1) @ gate.weight.T + gate.bias)
+    torch.testing.assert_close(block(y), y + g * k1 + (1 - g) * k2, atol=1e-6, rtol=1e-6)
+    assert torch.all(gate.bias == 0)
+
+
+def test_ema_weights_sum_to_one_and_start_as_heun_for_two_stages():
+    torch.testing.assert_close(EMACoefficients(2).weights(), torch.tensor([0.5, 0.5]))
+    ema = EMACoefficients(4, alpha=0.3)
+    a = 0.3
+    expected = torch.tensor([(1 - a) ** 3, a * (1 - a) ** 2, a * (1 - a), a])
+    torch.testing.assert_close(ema.weights(), expected)
+    assert ema.weights().sum().item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("method", ["rk2", "rk3", "rk4"])
+def test_stages_share_the_parameters_of_one_field(method):
+    field = TanhField()
+    block = ODEBlock(field, method, "fixed")
+    assert sum(p.numel() for p in block.parameters()) == sum(p.numel() for p in field.parameters())
+
+
+def test_gradients_reach_field_and_every_coefficient_scheme():
+    for method, scheme in [("rk2", "gated"), ("rk4", "learned"), ("rk3", "ema"), ("rk4", "fixed")]:
+        block = ODEBlock(TanhField(), method, scheme, d_model=6)
+        block(torch.randn(2, 3, 6)).pow(2).sum().backward()
+        for name, p in block.named_parameters():
+            assert p.grad is not None and p.grad.abs().sum() > 0, (method, scheme, name)
+
+
+def test_invalid_combinations_are_clear_errors_at_construction():
+    with pytest.raises(ValueError, match="exactly two stages.*'rk4' has 4"):
+        ODEBlock(TanhField(), "rk4", "gated", d_model=6)
+    with pytest.raises(ValueError, match="unknown Runge–Kutta method 'rk7'"):
+        ODEBlock(TanhField(), "rk7")
+    with pytest.raises(ValueError, match="unknown coefficient scheme 'gate'"):
+        ODEBlock(TanhField(), "rk2", "gate")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="need d_model"):
+        ODEBlock(TanhField(), "rk2", "gated")
+    with pytest.raises(ValueError, match="exactly two stages"):
+        ODEBlock(TanhField(), "rk3", GatedCoefficients(6))
+
+
+def test_stage_caches_are_passed_one_per_stage():
+    seen = []
+
+    class Recorder(nn.Module):
+        def forward(self, z, cache=None):
+            seen.append(cache)
+            return torch.zeros_like(z)
+
+    ODEBlock(Recorder(), "rk4")(torch.zeros(1, 1, 2), cache=["a", "b", "c", "d"])
+    assert seen == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="expected 4 stage caches, got 2"):
+        ODEBlock(Recorder(), "rk4")(torch.zeros(1, 1, 2), cache=["a", "b"])
+
+
+def test_shared_gate_is_one_module_for_the_whole_stack():
+    stack = build_stack("rk2", TanhField, 3, coefficients="gated", d_model=6, share_gate=True)
+    gates = {id(block.coefficients) for block in stack.blocks}
+    assert len(gates) == 1
+    own = build_stack("rk2", TanhField, 3, coefficients="gated", d_model=6)
+    assert len({id(block.coefficients) for block in own.blocks}) == 3
+
+
+def test_euler_stack_ignores_multi_stage_coefficient_schemes():
+    stack = build_stack("euler", TanhField, 2, coefficients="gated", d_model=6)
+    assert stack.stage_counts == (1, 1)
+    y = torch.randn(1, 2, 6)
+    expected = y
+    for block in stack.blocks:
+        expected = expected + block.field(expected)
+    torch.testing.assert_close(stack(y), expected)
