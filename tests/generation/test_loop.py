@@ -94,6 +94,20 @@ def test_beam_n_best_lists_all_finished_hypotheses_best_first():
         assert_hyp(hyp, hyp.tokens, log(p))
 
 
+def test_beam_finalises_only_eos_candidates_ranked_within_the_beam():
+    script: Script = {
+        (): {A: 0.5, B: 0.3, EOS: 0.2},
+        (A,): {C: 0.6, EOS: 0.4},
+        (B,): {C: 0.9, EOS: 0.1},
+    }
+    # EOS ranks third at steps 1 and 2 (0.2 after A 0.5, B 0.3; A EOS 0.2 after A C 0.3,
+    # B C 0.27), so it never finishes a hypothesis: [] and [A] are not in the n-best list.
+    hyps, decoder = run(BeamSearch(beam_size=2, num_return=2), [script])
+    assert_hyp(hyps[0][0], [A, C], log(0.5 * 0.6))
+    assert_hyp(hyps[0][1], [B, C], log(0.3 * 0.9))
+    assert decoder.rows_per_step == [1, 2, 2]
+
+
 def test_beam_of_one_equals_greedy():
     scripts = [SUBOPTIMAL, SHORT_OR_LONG, REPEAT]
     assert (
@@ -290,6 +304,29 @@ def test_generate_rejects_bad_arguments(kwargs, match):
 def test_beam_larger_than_the_vocabulary_is_rejected():
     with pytest.raises(ValueError, match="vocabulary of at least 9"):
         run(BeamSearch(beam_size=8), [SUBOPTIMAL])
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [Greedy(), BeamSearch(2), Sampling(generator=torch.Generator().manual_seed(0))],
+    ids=["greedy", "beam", "sample"],
+)
+def test_a_sentence_with_no_allowed_continuation_gets_an_empty_list(strategy):
+    # EOS is the only token with probability > 0 and min_len bans it.
+    hyps, decoder = run(strategy, [{(): {EOS: 1.0}}, SUBOPTIMAL], min_len=1)
+    assert hyps[0] == []
+    assert len(hyps[1]) == 1
+    # The dead sentence leaves the batch after the first step.
+    assert set(decoder.reorders[0]) == {1}
+
+
+def test_a_strategy_that_never_stops_after_eos_is_reported():
+    class NeverDone(Greedy):
+        def is_done(self, finished, best_live_log_prob, live_length, max_len):
+            return False
+
+    with pytest.raises(RuntimeError, match="fewer than K=1 non-EOS candidates"):
+        run(NeverDone(), [{(): {EOS: 1.0}}])
 
 
 def test_empty_batch_returns_no_hypotheses():
