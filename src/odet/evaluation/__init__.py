@@ -1,1 +1,29 @@
-"""odet.evaluation."""
+"""Evaluation metrics: BLEU/chrF (sacrebleu), ROUGE (rouge-score), GEC (GLEU, MaxMatch F0.5)."""
+
+from odet.evaluation.gec import GLEUResult, M2Result, corpus_gleu, m2_score, sentence_gleu
+from odet.evaluation.rouge import RougeResult, RougeScore, corpus_rouge
+from odet.evaluation.translation import (
+    BLEUResult,
+    CHRFResult,
+    corpus_bleu,
+    corpus_chrf,
+    tokenize_13a_lower,
+    tokenized_bleu,
+)
+
+__all__ = [
+    "BLEUResult",
+    "CHRFResult",
+    "GLEUResult",
+    "M2Result",
+    "RougeResult",
+    "RougeScore",
+    "corpus_bleu",
+    "corpus_chrf",
+    "corpus_gleu",
+    "corpus_rouge",
+    "m2_score",
+    "sentence_gleu",
+    "tokenize_13a_lower",
+    "tokenized_bleu",
+]

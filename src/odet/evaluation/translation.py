@@ -1,0 +1,154 @@
+"""Corpus BLEU and chrF through sacrebleu, with typed results.
+
+Two conventions are supported, and they give different numbers:
+
+- **detokenized BLEU** (`corpus_bleu`, `corpus_chrf`): the standard, comparable score. Pass raw,
+  detokenized text; sacrebleu tokenizes it (13a by default) and reports a signature.
+- **tokenized BLEU** (`tokenized_bleu`): BLEU on text that is already tokenized (and, for
+  Multi30k, lower-cased), with sacrebleu's ``tokenize='none'``. This is how most papers report
+  Multi30k and WMT14 (``multi-bleu.perl``) numbers. `tokenize_13a_lower` brings raw text into a
+  comparable form (13a tokenization + lower-casing) when the official tokenized references are
+  not at hand; it is close to, not identical with, the Moses tokenization Multi30k used.
+
+References are given **per example**: ``references[i]`` is one string or a sequence of strings
+(the references of hypothesis ``i``); examples may have different numbers of references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+__all__ = [
+    "BLEUResult",
+    "CHRFResult",
+    "corpus_bleu",
+    "corpus_chrf",
+    "tokenize_13a_lower",
+    "tokenized_bleu",
+]
+
+BleuTokenizer = Literal["13a", "intl", "char", "none", "zh", "ja-mecab", "ko-mecab", "flores101"]
+References = Sequence[str] | Sequence[Sequence[str]]
+
+
+@dataclass(frozen=True)
+class BLEUResult:
+    """Corpus BLEU (0–100) with its components and sacrebleu signature."""
+
+    score: float
+    precisions: tuple[float, ...]  # modified n-gram precisions, 0–100, n = 1..4
+    bp: float  # brevity penalty
+    sys_len: int
+    ref_len: int
+    signature: str
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.score <= 100.0 + 1e-9:
+            raise ValueError(f"BLEU score must lie in [0, 100], got {self.score}")
+        if not 0.0 <= self.bp <= 1.0:
+            raise ValueError(f"brevity penalty must lie in [0, 1], got {self.bp}")
+        if self.sys_len < 0 or self.ref_len < 0:
+            raise ValueError(f"lengths must be >= 0, got {self.sys_len}, {self.ref_len}")
+
+
+@dataclass(frozen=True)
+class CHRFResult:
+    """Corpus chrF (or chrF++ when ``word_order > 0``), 0–100, with its sacrebleu signature."""
+
+    score: float
+    char_order: int
+    word_order: int
+    beta: int
+    signature: str
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.score <= 100.0 + 1e-9:
+            raise ValueError(f"chrF score must lie in [0, 100], got {self.score}")
+
+
+def _reference_streams(hypotheses: Sequence[str], references: References) -> list[list[str | None]]:
+    """Transpose per-example references into sacrebleu's reference streams (None pads)."""
+    if isinstance(hypotheses, str):
+        raise TypeError("hypotheses must be a sequence of strings, not a single string")
+    if isinstance(references, str):
+        raise TypeError("references must be a sequence (one entry per hypothesis), not a string")
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"got {len(hypotheses)} hypotheses but {len(references)} reference entries; "
+            "references[i] must hold the reference(s) of hypotheses[i]"
+        )
+    per_example = [[refs] if isinstance(refs, str) else list(refs) for refs in references]
+    for i, refs in enumerate(per_example):
+        if not refs:
+            raise ValueError(f"example {i} has no reference")
+    n_streams = max((len(refs) for refs in per_example), default=1)
+    return [[refs[k] if k < len(refs) else None for refs in per_example] for k in range(n_streams)]
+
+
+def corpus_bleu(
+    hypotheses: Sequence[str],
+    references: References,
+    *,
+    tokenize: BleuTokenizer = "13a",
+    lowercase: bool = False,
+) -> BLEUResult:
+    """Corpus BLEU of detokenized ``hypotheses`` against per-example ``references``."""
+    streams = _reference_streams(hypotheses, references)
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
+    out = metric.corpus_score(list(hypotheses), streams)
+    return BLEUResult(
+        score=float(out.score),
+        precisions=tuple(float(p) for p in out.precisions),
+        bp=float(out.bp),
+        sys_len=int(out.sys_len),
+        ref_len=int(out.ref_len),
+        signature=str(metric.get_signature()),
+    )
+
+
+def tokenized_bleu(hypotheses: Sequence[str], references: References) -> BLEUResult:
+    """BLEU on already tokenized text, split on whitespace only (``tokenize='none'``).
+
+    Equals ``multi-bleu.perl`` on the same text; the inputs are taken as they are (lower-case
+    them beforehand, or use `tokenize_13a_lower`, to report "tokenized lower-cased BLEU").
+    """
+    return corpus_bleu(hypotheses, references, tokenize="none")
+
+
+def corpus_chrf(
+    hypotheses: Sequence[str],
+    references: References,
+    *,
+    char_order: int = 6,
+    word_order: int = 0,
+    beta: int = 2,
+) -> CHRFResult:
+    """Corpus chrF (``word_order=2`` gives chrF++) of ``hypotheses`` against ``references``."""
+    if char_order < 1 or word_order < 0 or beta < 1:
+        raise ValueError(
+            f"need char_order >= 1, word_order >= 0, beta >= 1; "
+            f"got {char_order}, {word_order}, {beta}"
+        )
+    streams = _reference_streams(hypotheses, references)
+    metric = CHRF(char_order=char_order, word_order=word_order, beta=beta)
+    out = metric.corpus_score(list(hypotheses), streams)
+    return CHRFResult(
+        score=float(out.score),
+        char_order=char_order,
+        word_order=word_order,
+        beta=beta,
+        signature=str(metric.get_signature()),
+    )
+
+
+_TOKENIZER_13A = Tokenizer13a()
+
+
+def tokenize_13a_lower(text: str) -> str:
+    """Lower-case ``text`` and tokenize it with sacrebleu's 13a (mteval-v13a) tokenizer."""
+    return _TOKENIZER_13A(text.strip()).lower()

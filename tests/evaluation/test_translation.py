@@ -1,0 +1,84 @@
+"""Corpus BLEU / chrF wrappers: hand-computed scores, reference handling and conventions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from odet.evaluation import corpus_bleu, corpus_chrf, tokenize_13a_lower, tokenized_bleu
+
+
+def test_bleu_matches_hand_computed_ngram_precisions() -> None:
+    # hyp "the cat sat on the mat" vs ref "the cat sat on a mat" (6 tokens each, BP = 1):
+    # 1-grams 5/6 (second "the" unmatched), 2-grams 3/5 (the cat, cat sat, sat on),
+    # 3-grams 2/4 (the cat sat, cat sat on), 4-grams 1/3 (the cat sat on).
+    result = corpus_bleu(["the cat sat on the mat"], ["the cat sat on a mat"])
+    assert result.precisions == pytest.approx([500 / 6, 60.0, 50.0, 100 / 3])
+    assert result.bp == 1.0
+    assert (result.sys_len, result.ref_len) == (6, 6)
+    assert result.score == pytest.approx(100 * (1 / 12) ** 0.25)
+
+
+def test_bleu_brevity_penalty_for_short_hypothesis() -> None:
+    # All precisions are 1; c = 4, r = 6 -> BP = exp(1 - 6/4).
+    result = corpus_bleu(["the cat sat on"], ["the cat sat on the mat"])
+    assert result.bp == pytest.approx(math.exp(-0.5))
+    assert result.score == pytest.approx(100 * math.exp(-0.5))
+
+
+def test_bleu_multiple_references_take_the_matching_one() -> None:
+    hyps = ["the cat sat on a mat", "a dog runs in the park"]
+    refs = [["the cat sat on the mat", "the cat sat on a mat"], ["a dog runs in the park"]]
+    result = corpus_bleu(hyps, refs)
+    assert result.score == pytest.approx(100.0)
+    assert "nrefs:var" in result.signature or "nrefs:2" in result.signature
+
+
+def test_bleu_signature_names_tokenizer_and_reference_count() -> None:
+    result = corpus_bleu(["a b c d"], [["a b c d", "a b c e"]])
+    assert "tok:13a" in result.signature
+    assert "nrefs:2" in result.signature
+
+
+def test_mismatched_hypothesis_and_reference_counts_raise() -> None:
+    with pytest.raises(ValueError, match="2 hypotheses but 1 reference"):
+        corpus_bleu(["a b", "c d"], ["a b"])
+    with pytest.raises(ValueError, match="hypotheses"):
+        corpus_chrf(["a b"], ["a b", "c d"])
+
+
+def test_example_without_reference_raises() -> None:
+    with pytest.raises(ValueError, match="example 1 has no reference"):
+        corpus_bleu(["a b c d", "e f g h"], [["a b c d"], []])
+
+
+def test_tokenized_bleu_splits_on_whitespace_only() -> None:
+    # 13a splits "d," into "d ,"; tokenize='none' keeps "d," as one token that matches nothing.
+    assert corpus_bleu(["a b c d,"], ["a b c d ,"]).score == pytest.approx(100.0)
+    result = tokenized_bleu(["a b c d,"], ["a b c d ,"])
+    assert "tok:none" in result.signature
+    assert result.score < 100.0
+    assert result.precisions[0] == pytest.approx(75.0)
+
+
+def test_tokenize_13a_lower_splits_punctuation_and_lowercases() -> None:
+    assert tokenize_13a_lower("A man, in a Blue shirt.") == "a man , in a blue shirt ."
+
+
+def test_chrf_hand_computed_on_characters() -> None:
+    # "abc" vs "abd", beta = 1: char 1-grams P = R = 2/3, char 2-grams {ab, bc} vs {ab, bd}
+    # P = R = 1/2; sacrebleu averages P and R over orders before the F-score -> 7/12.
+    assert corpus_chrf(["abc"], ["abd"], char_order=1, beta=1).score == pytest.approx(200 / 3)
+    assert corpus_chrf(["abc"], ["abd"], char_order=2, beta=1).score == pytest.approx(700 / 12)
+
+
+def test_chrf_plus_plus_is_named_in_signature() -> None:
+    result = corpus_chrf(["the cat sat"], ["the cat sat"], word_order=2)
+    assert result.score == pytest.approx(100.0)
+    assert "nw:2" in result.signature
+
+
+def test_chrf_rejects_bad_orders() -> None:
+    with pytest.raises(ValueError, match="char_order"):
+        corpus_chrf(["a"], ["a"], char_order=0)
