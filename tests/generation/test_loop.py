@@ -329,5 +329,18 @@ def test_a_strategy_that_never_stops_after_eos_is_reported():
         run(NeverDone(), [{(): {EOS: 1.0}}])
 
 
+def test_half_precision_log_probs_accumulate_in_float32():
+    class HalfDecoder(ScriptedDecoder):
+        def step(self, prefix: torch.Tensor) -> torch.Tensor:
+            return super().step(prefix).to(torch.bfloat16)
+
+    hyps = generate(
+        HalfDecoder([REPEAT]), 1, Greedy(), bos_id=BOS, eos_id=EOS, pad_id=PAD, max_len=3
+    )
+    assert hyps[0][0].tokens == [A, A, A]
+    bf16 = lambda p: torch.tensor(log(p)).to(torch.bfloat16).item()  # noqa: E731
+    assert hyps[0][0].log_prob == pytest.approx(3 * bf16(0.5) + bf16(0.2), rel=1e-6)
+
+
 def test_empty_batch_returns_no_hypotheses():
     assert run(Greedy(), [])[0] == []

@@ -84,6 +84,7 @@ def generate(
     hypotheses; it is shorter only if the model gives probability zero to every allowed
     continuation. ``max_len``/``min_len`` bound the number of generated tokens excluding EOS
     (see the module docstring); ``device`` is where the prefix tensors live (the model's).
+    Scores accumulate in the decoder's dtype (float16/bfloat16 are upcast to float32).
     """
     _check_ids(bos_id, eos_id, pad_id)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
@@ -120,6 +121,8 @@ def generate(
             raise ValueError(
                 f"special ids bos={bos_id}, eos={eos_id}, pad={pad_id} must be < vocabulary {V}"
             )
+        if log_probs.dtype in (torch.float16, torch.bfloat16):
+            log_probs = log_probs.float()  # running sums of half-precision values drift
         if scores is None or token_lp is None:
             scores = log_probs.new_zeros(len(active), 1)
             token_lp = log_probs.new_zeros(N, 0)

@@ -323,9 +323,9 @@ class Sampling(SearchStrategy):
         if self.top_p < 1:
             ordered, order = logits.sort(dim=-1, descending=True)
             probs = ordered.softmax(-1)
-            # Drop a token once the more likely ones already reach top_p; the best always stays.
+            # Drop a token once the more likely ones already reach top_p (never the best one:
+            # nothing precedes it).
             drop = probs.cumsum(-1) - probs >= self.top_p
-            drop[:, 0] = False
             logits = logits.masked_fill(drop.scatter(1, order, drop), -math.inf)
         return logits
 
