@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from odet.blocks import build_stack
+from odet.generation import BeamSearch, Greedy, Hypothesis, SearchStrategy, generate
 from odet.models.config import Seq2SeqConfig
 from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
@@ -195,30 +196,50 @@ class Seq2Seq(nn.Module):
         beam_size: int = 1,
         max_len: int | None = None,
         use_cache: bool = True,
-        **search_options: float | int,
+        *,
+        min_len: int = 0,
+        length_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ) -> list[list[int]]:
-        """Translate a batch: the best hypothesis per source, without BOS/EOS.
+        """Translate a batch: the best hypothesis per source, as token ids without BOS/EOS.
 
-        ``beam_size=1`` is greedy search; ``max_len`` (default ``2·S + 10``) bounds the number of
-        generated tokens; ``search_options`` go to the search strategy (``length_penalty``,
-        ``min_len``, ``no_repeat_ngram_size``). ``use_cache=False`` recomputes the decoder over
-        the whole prefix at every step and returns the same tokens.
+        ``beam_size=1`` is greedy search. ``max_len`` (default ``2·S + 10``, capped by the
+        position table) bounds the generated tokens excluding EOS. ``use_cache=False``
+        recomputes the decoder over the whole prefix at every step and returns the same tokens.
         """
-        from odet.generation import generate_tokens  # generation depends on models, not back
+        strategy: SearchStrategy = (
+            Greedy(length_penalty=length_penalty)
+            if beam_size == 1 and no_repeat_ngram_size == 0
+            else BeamSearch(beam_size, length_penalty, no_repeat_ngram_size)
+        )
+        nbest = self.search(src_tokens, strategy, max_len, use_cache, min_len=min_len)
+        return [hyps[0].tokens if hyps else [] for hyps in nbest]
 
+    @torch.no_grad()
+    def search(
+        self,
+        src_tokens: Tensor,
+        strategy: SearchStrategy,
+        max_len: int | None = None,
+        use_cache: bool = True,
+        *,
+        min_len: int = 0,
+    ) -> list[list[Hypothesis]]:
+        """Run any search strategy (greedy, beam, sampling); n-best lists per source."""
         encoder_out = self.encode(src_tokens)
         if max_len is None:
             max_len = 2 * src_tokens.shape[1] + 10
         max_len = min(max_len, self.config.max_positions - 1)
-        return generate_tokens(
+        return generate(
             self.incremental_decoder(encoder_out, use_cache),
-            batch_size=src_tokens.shape[0],
-            beam_size=beam_size,
-            max_len=max_len,
+            src_tokens.shape[0],
+            strategy,
             bos_id=self.config.bos_id,
             eos_id=self.config.eos_id,
             pad_id=self.config.pad_id,
-            **search_options,
+            max_len=max_len,
+            min_len=min(min_len, max_len),
+            device=src_tokens.device,
         )
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,0 +1,223 @@
+import itertools
+import json
+
+import pytest
+import torch
+
+from odet.config import ConfigError
+from odet.models import CheckpointError, Seq2Seq, Seq2SeqConfig
+
+METHODS = ["euler", "rk2", "rk4"]
+COMBINATIONS = [(e, d, "fixed") for e, d in itertools.product(METHODS, METHODS)] + [
+    (e, d, "gated") for e, d in [("rk2", "euler"), ("euler", "rk2"), ("rk2", "rk2")]
+]
+
+
+def small_config(**overrides) -> Seq2SeqConfig:
+    options = dict(
+        vocab_size=40,
+        d_model=32,
+        num_heads=4,
+        ffn_dim=48,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+        max_positions=64,
+    )
+    options.update(overrides)
+    return Seq2SeqConfig(**options)
+
+
+def lively(model: Seq2Seq) -> Seq2Seq:
+    """Scale the weights so a random model's outputs depend on context (not one token forever)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(3.0)
+    return model.eval()
+
+
+def sources(batch: int = 3, length: int = 7, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 40, (batch, length), generator=g)
+    src[1, length - 2 :] = 0  # a padded row
+    return src
+
+
+@pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
+def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef):
+    torch.manual_seed(0)
+    model = Seq2Seq(small_config(encoder_method=enc, decoder_method=dec, coefficients=coef)).eval()
+    src = sources()
+    tgt = torch.randint(4, 40, (3, 6))
+    tgt[:, 0] = model.config.bos_id
+    with torch.no_grad():
+        full = model(src, tgt)
+        state = model.init_state(model.encode(src))
+        steps = [model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.shape[1])]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert state.length == 6
+    assert len(state.self_attn) == sum(model.decoder.stage_counts)
+
+
+@pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_generate_with_cache_returns_the_tokens_of_generate_without_cache(
+    enc, dec, coef, beam_size
+):
+    torch.manual_seed(1)
+    cfg = small_config(
+        encoder_method=enc, decoder_method=dec, coefficients=coef, share_decoder_embeddings=False
+    )
+    model = lively(Seq2Seq(cfg)).double()
+    src = sources(batch=5, seed=1)
+    cached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=True)
+    uncached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=False)
+    assert cached == uncached
+    assert len({tuple(h) for h in cached}) > 1  # a non-degenerate check
+    assert any(len(set(h)) > 1 for h in cached)
+
+
+def test_padding_does_not_leak_into_other_positions_or_rows():
+    torch.manual_seed(2)
+    model = lively(Seq2Seq(small_config(encoder_method="rk2", decoder_method="rk2"))).double()
+    src = sources(seed=2)
+    batch = model.generate(src, beam_size=2, max_len=8)
+    alone = [
+        model.generate(src[i : i + 1, : (5 if i == 1 else 7)], beam_size=2, max_len=8)[0]
+        for i in range(3)
+    ]
+    assert batch == alone
+
+
+@pytest.mark.parametrize(
+    ("enc", "dec", "coef"),
+    [
+        ("rk2", "rk2", "gated"),
+        ("rk4", "rk4", "learned"),
+        ("rk3", "rk2", "ema"),
+        ("euler", "rk4", "fixed"),
+    ],
+)
+def test_gradients_reach_every_parameter(enc, dec, coef):
+    torch.manual_seed(3)
+    model = Seq2Seq(
+        small_config(
+            encoder_method=enc, decoder_method=dec, coefficients=coef, share_gate=coef == "gated"
+        )
+    )
+    src, tgt = sources(), torch.randint(4, 40, (3, 5))
+    model(src, tgt).logsumexp(-1).sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_rk_models_have_exactly_the_parameters_of_the_euler_model_plus_gates():
+    euler = Seq2Seq(small_config()).num_parameters()
+    assert (
+        Seq2Seq(small_config(encoder_method="rk4", decoder_method="rk4")).num_parameters() == euler
+    )
+    gate = 2 * 32 + 1
+    gated = Seq2Seq(small_config(encoder_method="rk2", decoder_method="rk2", coefficients="gated"))
+    assert gated.num_parameters() == euler + 4 * gate  # one gate per block, 2 + 2 blocks
+    shared = Seq2Seq(
+        small_config(
+            encoder_method="rk2", decoder_method="rk2", coefficients="gated", share_gate=True
+        )
+    )
+    assert shared.num_parameters() == euler + 2 * gate  # one gate per stack
+
+
+@pytest.mark.parametrize("share_all", [False, True])
+def test_save_and_from_pretrained_round_trip_gives_identical_outputs(tmp_path, share_all):
+    torch.manual_seed(4)
+    cfg = small_config(
+        encoder_method="rk2",
+        decoder_method="rk4",
+        coefficients="learned",
+        share_all_embeddings=share_all,
+    )
+    model = Seq2Seq(cfg).eval()
+    model.save_pretrained(tmp_path / "m")
+    loaded = Seq2Seq.from_pretrained(tmp_path / "m").eval()
+    assert loaded.config == cfg
+    src, tgt = sources(), torch.randint(4, 40, (3, 5))
+    torch.testing.assert_close(loaded(src, tgt), model(src, tgt), atol=0, rtol=0)
+    assert loaded.output_projection.weight is loaded.tgt_embed.weight
+    assert (loaded.src_embed is loaded.tgt_embed) == share_all
+    header = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert header["format_version"] == 1 and header["config"]["decoder_method"] == "rk4"
+
+
+def test_from_pretrained_reports_missing_corrupt_and_mismatched_directories(tmp_path):
+    with pytest.raises(CheckpointError, match="not a model directory"):
+        Seq2Seq.from_pretrained(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match=r"config.json is missing"):
+        Seq2Seq.from_pretrained(tmp_path)
+    Seq2Seq(small_config()).save_pretrained(tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="corrupt or unreadable"):
+        Seq2Seq.from_pretrained(tmp_path / "m")
+    config = tmp_path / "m" / "config.json"
+    header = json.loads(config.read_text())
+    header["format_version"] = 99
+    config.write_text(json.dumps(header))
+    with pytest.raises(CheckpointError, match="format_version 99"):
+        Seq2Seq.from_pretrained(tmp_path / "m")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"d_model": 30}, r"d_model \(30\) must be divisible by num_heads \(4\)"),
+        (
+            {"encoder_method": "rk5"},
+            r"encoder_method = 'rk5' is not a known method \(did you mean 'rk4'\?\)",
+        ),
+        ({"coefficients": "gated", "encoder_method": "rk4"}, "'gated' needs a two-stage method"),
+        (
+            {"coefficients": "gate"},
+            r"coefficients = 'gate' \(str\) is invalid; expected 'fixed' \| 'learned'",
+        ),
+        ({"dropout": 1.5}, r"dropout must lie in \[0, 1\)"),
+        ({"encoder_layers": 0}, "encoder_layers must be >= 1"),
+        ({"d_model": "512"}, r"d_model = '512' \(str\) is invalid; expected int"),
+        ({"share_all_embeddings": True, "tgt_vocab_size": 50}, "needs one joint vocabulary"),
+        ({"bos_id": 0}, "special ids must be distinct"),
+    ],
+)
+def test_bad_config_values_are_rejected_with_a_message_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        small_config(**overrides)
+
+
+def test_unknown_config_key_suggests_the_nearest_valid_key():
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown config key 'model.encoder_layer' \(did you mean 'encoder_layers'\?\)",
+    ):
+        Seq2SeqConfig.from_dict({"vocab_size": 10, "encoder_layer": 3})
+    assert Seq2SeqConfig.from_dict(small_config().to_dict()) == small_config()
+
+
+def test_bad_inputs_give_clear_errors():
+    model = Seq2Seq(small_config()).eval()
+    tgt = torch.full((1, 1), 2)
+    with pytest.raises(
+        ValueError, match="src_tokens has length 65, longer than the model's max_positions=64"
+    ):
+        model(torch.randint(4, 40, (1, 65)), tgt)
+    with pytest.raises(ValueError, match="src_tokens is an empty batch"):
+        model(torch.zeros(0, 5, dtype=torch.long), tgt)
+    with pytest.raises(
+        TypeError,
+        match=r"must be an integer tensor of token ids \(torch.long\), got torch.float32",
+    ):
+        model(torch.rand(1, 5), tgt)
+    with pytest.raises(ValueError, match=r"token id 40 outside the vocabulary \[0, 40\)"):
+        model(torch.full((1, 3), 40), tgt)
+    with pytest.raises(ValueError, match=r"rows \[0\] contain only padding"):
+        model(torch.zeros(1, 3, dtype=torch.long), tgt)
+    with pytest.raises(ValueError, match=r"must have shape \(batch, length\)"):
+        model(torch.ones(5, dtype=torch.long), tgt)
