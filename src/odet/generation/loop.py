@@ -11,12 +11,15 @@ The loop owns what every strategy shares, so that strategies only choose tokens:
 - **Finished hypotheses.** EOS candidates ranked among the first ``K`` (rows per group) with a
   finite score become :class:`Hypothesis` objects, scored by the strategy's length
   normalisation where the length counts EOS; the first ``K`` non-EOS candidates become the next
-  rows.
+  rows. A group stops when :meth:`SearchStrategy.is_done` says so, when no live row has a
+  finite score left, or after the forced-EOS step.
 - **Batch bookkeeping.** Rows are laid out group-major (``G_active × K``). After each step the
   loop drops the groups the strategy declares done and calls ``decoder.reorder`` with, for every
   surviving row, the row it extends — one call that both follows beam origins and shrinks the
   batch, so finished sentences cost nothing afterwards. The first step runs on one row per group
-  (all beams of a sentence would be identical), and the first reorder expands it to ``K`` rows.
+  (all beams of a sentence would be identical), and the first reorder expands it to ``K`` rows;
+  strategies with several groups per sentence (sampling ``num_return``) get one reorder before
+  the first step that duplicates each sentence's row.
 """
 
 from __future__ import annotations
