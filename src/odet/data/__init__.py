@@ -1,5 +1,5 @@
 """Data: SentencePiece tokenizers, corpus readers, length filtering, token-budget batching and
-dataset preparation.
+verified dataset preparation.
 
 The special token ids are fixed for the whole library: ``PAD_ID=0, UNK_ID=1, BOS_ID=2,
 EOS_ID=3``. Synthetic-task and GEC helpers live in their own modules (``odet.data.m2``,
@@ -12,6 +12,17 @@ from odet.data.batching import (
     TokenBudgetBatcher,
     collate,
     pad_tokens,
+)
+from odet.data.download import (
+    DATASETS,
+    ChecksumError,
+    DataFile,
+    DatasetSpec,
+    DownloadError,
+    prepare_dataset,
+    prepare_dialogsum,
+    prepare_jfleg,
+    prepare_multi30k,
 )
 from odet.data.text import (
     DataError,
@@ -35,11 +46,16 @@ from odet.data.tokenizer import (
 
 __all__ = [
     "BOS_ID",
+    "DATASETS",
     "EOS_ID",
     "PAD_ID",
     "UNK_ID",
     "Batch",
+    "ChecksumError",
     "DataError",
+    "DataFile",
+    "DatasetSpec",
+    "DownloadError",
     "FilterReport",
     "LengthFilter",
     "ParallelDataset",
@@ -51,6 +67,10 @@ __all__ = [
     "TokenizerPair",
     "collate",
     "pad_tokens",
+    "prepare_dataset",
+    "prepare_dialogsum",
+    "prepare_jfleg",
+    "prepare_multi30k",
     "read_jsonl_pairs",
     "read_lines",
     "read_parallel_text",
