@@ -35,12 +35,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 import torchdiffeq
 import torchode
 from torch import Tensor, nn
+from torchode.single_step_methods import StepResult
+from torchode.step_size_controllers import IntegralState, rms_norm
 
 __all__ = [
     "ADAPTIVE_METHODS",
@@ -59,13 +61,15 @@ VectorField = Callable[[Tensor, Tensor], Tensor]
 
 
 class SolveStatus(str, Enum):
-    """How the solve of one sample ended."""
+    """How the solve of one sample ended: it reached ``t1``; it used up ``max_steps``; the
+    step size fell below what moves ``t`` (a singularity, a blow-up or extreme stiffness); the
+    state or error turned inf/NaN; or it was left unfinished because another sample of the batch
+    failed (torchode stops the whole batch at the first failure)."""
 
     SUCCESS = "success"
     MAX_STEPS = "max_steps"
     STEP_UNDERFLOW = "step_underflow"
     NON_FINITE = "non_finite"
-    # torchode stops the whole batch when one sample fails; the others are left unfinished.
     INTERRUPTED = "interrupted"
 
 
@@ -209,8 +213,6 @@ class _RawSolve:
 
 # ---------------------------------------------------------------------------------- torchode
 
-torchode_rms_norm = torchode.step_size_controllers.rms_norm
-
 
 def _split_rms_norm(n: int) -> Callable[[Tensor], Tensor]:
     """Per-sample error norm ``(B, n + 1) -> (B,)``: RMS over the state, and the arclength
@@ -237,19 +239,26 @@ class _TrackingController(torchode.IntegralController):
         super().__init__(
             atol=problem.atol,
             rtol=problem.rtol,
-            norm=_split_rms_norm(n) if problem.field.arclength else torchode_rms_norm,
+            norm=_split_rms_norm(n) if problem.field.arclength else rms_norm,
         )
         self.field = problem.field
         self.t_end = t_end
-        self.dt_min_ = problem.dt_min
+        self.min_step = problem.dt_min
         self.calls_seen = 0
         batch = t_end.shape[0]
         self.nfe = torch.zeros(batch, dtype=torch.long, device=t_end.device)
         self.t_reached = torch.full_like(t_end, problem.t0)
         self.z_reached = problem.z0
-        self.underflow = torch.zeros(batch, dtype=torch.bool, device=t_end.device)
 
-    def adapt_step_size(self, t0, dt, y0, step_result, state, stats):  # type: ignore[no-untyped-def]
+    def adapt_step_size(
+        self,
+        t0: Tensor,
+        dt: Tensor,
+        y0: Tensor,
+        step_result: StepResult,
+        state: IntegralState,
+        stats: dict[str, Any],
+    ) -> tuple[Tensor, Tensor, IntegralState, Tensor]:
         accept, dt_next, state, status = super().adapt_step_size(
             t0, dt, y0, step_result, state, stats
         )
@@ -260,8 +269,7 @@ class _TrackingController(torchode.IntegralController):
         advance = accept & running
         self.t_reached = torch.where(advance, t0 + dt, t0)
         self.z_reached = torch.where(advance[:, None], step_result.y, y0)
-        underflow = running & (self.t_end - t0 > self.dt_min_) & (dt_next.abs() < self.dt_min_)
-        self.underflow = self.underflow | underflow
+        underflow = running & (self.t_end - t0 > self.min_step) & (dt_next.abs() < self.min_step)
         status = torch.where(underflow, torchode.Status.REACHED_DT_MIN.value, status)
         return accept, dt_next, state, status
 
@@ -459,7 +467,8 @@ def odeint_adaptive(
     ``adjoint=True`` (torchdiffeq only; ``f`` must be an ``nn.Module``) backpropagates by
     solving the adjoint ODE instead of through the solver's operations. On failure (max_steps,
     step-size underflow, non-finite state) raises :class:`SolverError`, or with
-    ``on_failure="flag"`` returns the last accepted state with the per-sample status flagged.
+    ``on_failure="flag"`` returns the last accepted state with the per-sample status flagged
+    (differentiable, except after a failed adjoint solve, whose forward runs without autograd).
     """
     if backend not in _BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {sorted(_BACKENDS)}")
