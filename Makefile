@@ -16,8 +16,8 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 setup: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
+	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q -n 2 --durations=15
