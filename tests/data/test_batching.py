@@ -87,13 +87,16 @@ def test_dataset_stores_tokens_in_one_int32_buffer_per_side() -> None:
     assert dataset.target_sizes.tolist() == [2, 3, 2]
     buffer = dataset[0][0].base
     assert buffer is not None and buffer.dtype == np.int32 and buffer.size == 4
+    assert not buffer.flags.writeable
     with pytest.raises(IndexError, match="index 3 out of range for 3 examples"):
         dataset[3]
 
 
 def test_dataset_rejects_ids_outside_int32() -> None:
-    with pytest.raises(ValueError, match="source example 0 holds token ids outside int32"):
+    with pytest.raises(ValueError, match=r"source example 0 holds token id -1 outside"):
         ParallelDataset([[-1]], [[1]])
+    with pytest.raises(ValueError, match=r"target example 2 holds token id 2147483648 outside"):
+        ParallelDataset([[1], [2], [3]], [[1], [], [5, 2**31]])
 
 
 def test_dataset_batch_equals_collate_of_its_examples() -> None:

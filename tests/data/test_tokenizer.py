@@ -147,6 +147,11 @@ def test_vocabulary_larger_than_corpus_allows_is_a_value_error() -> None:
         Tokenizer.train(["a b c"], vocab_size=5000)
 
 
+def test_training_on_only_blank_texts_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="SentencePiece training failed"):
+        Tokenizer.train(["", "   ", "\t"], vocab_size=50)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -184,6 +189,13 @@ def test_separate_pair_saves_two_files_and_keeps_sides(
     loaded = TokenizerPair.load(tmp_path)
     assert not loaded.is_joint
     assert (loaded.source.vocab_size, loaded.target.vocab_size) == (60, 40)
+
+
+def test_saving_one_layout_removes_the_other(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    TokenizerPair(tokenizer, Tokenizer.train(CORPUS, vocab_size=40)).save(tmp_path)
+    TokenizerPair.joint(tokenizer).save(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.model"]
+    assert TokenizerPair.load(tmp_path).is_joint
 
 
 def test_pair_load_rejects_ambiguous_and_empty_directories(

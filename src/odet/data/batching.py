@@ -39,7 +39,7 @@ def pad_tokens(
     return pad_sequence(rows, batch_first=True, padding_value=PAD_ID)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Batch:
     """One padded training batch.
 
@@ -122,15 +122,23 @@ def collate(
 
 
 class _Ragged:
-    """Variable-length int32 token sequences in one flat buffer plus offsets (compact memory)."""
+    """Variable-length int32 token sequences in one read-only flat buffer plus offsets."""
 
-    def __init__(self, sequences: Sequence[Tokens]) -> None:
+    def __init__(self, sequences: Sequence[Tokens], name: str) -> None:
         lengths = np.fromiter((len(seq) for seq in sequences), dtype=np.int64, count=len(sequences))
         self.offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
         np.cumsum(lengths, out=self.offsets[1:])
-        self.buffer = np.empty(int(self.offsets[-1]), dtype=np.int32)
+        flat = np.empty(int(self.offsets[-1]), dtype=np.int64)
         for i, seq in enumerate(sequences):
-            self.buffer[self.offsets[i] : self.offsets[i + 1]] = seq
+            flat[self.offsets[i] : self.offsets[i + 1]] = seq
+        bad = np.flatnonzero((flat < 0) | (flat > np.iinfo(np.int32).max))
+        if bad.size:
+            example = int(np.searchsorted(self.offsets, bad[0], side="right")) - 1
+            raise ValueError(
+                f"{name} example {example} holds token id {int(flat[bad[0]])} outside [0, 2**31)"
+            )
+        self.buffer = flat.astype(np.int32)
+        self.buffer.flags.writeable = False
 
     @property
     def lengths(self) -> np.ndarray:
@@ -151,13 +159,8 @@ class ParallelDataset:
     def __init__(self, source: Sequence[Tokens], target: Sequence[Tokens]) -> None:
         if len(source) != len(target):
             raise ValueError(f"ParallelDataset got {len(source)} sources, {len(target)} targets")
-        for name, sequences in (("source", source), ("target", target)):
-            for i, seq in enumerate(sequences):
-                array = np.asarray(seq)
-                if array.size and (array.min() < 0 or array.max() > np.iinfo(np.int32).max):
-                    raise ValueError(f"{name} example {i} holds token ids outside int32 range")
-        self._source = _Ragged(source)
-        self._target = _Ragged(target)
+        self._source = _Ragged(source, "source")
+        self._target = _Ragged(target, "target")
 
     @classmethod
     def from_texts(
@@ -269,6 +272,7 @@ class TokenBudgetBatcher(Sampler[list[int]]):
         num_shards: int = 1,
         shard_index: int = 0,
     ) -> None:
+        super().__init__()
         src = np.asarray(source_sizes, dtype=np.int64)
         tgt = np.asarray(target_sizes, dtype=np.int64)
         if src.ndim != 1 or src.shape != tgt.shape:

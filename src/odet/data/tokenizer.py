@@ -69,11 +69,13 @@ class Tokenizer:
         """Train a tokenizer in memory on ``texts`` (empty and whitespace-only texts are skipped).
 
         ``input_sentence_size > 0`` trains on a random sample of that many sentences, drawn
-        with ``seed``.
-        Training is deterministic for a fixed input, seed and ``num_threads``; unigram training
-        with several threads is faster but its piece scores are not bit-reproducible, hence the
-        default of one thread. ``character_coverage`` below 1.0 maps rare characters to
-        ``<unk>`` (0.9995 is SentencePiece's advice for large-alphabet languages).
+        with ``seed``. Training is deterministic for a fixed input, seed and ``num_threads``;
+        unigram training with several threads is faster but its piece scores are not
+        bit-reproducible, hence the default of one thread. ``character_coverage`` below 1.0 maps
+        rare characters to ``<unk>`` (0.9995 is SentencePiece's advice for large alphabets).
+        The ``nmt_nfkc`` normalization folds newlines and runs of whitespace into one space;
+        make markers such as DialogSum's ``#Person1#`` single pieces with
+        ``user_defined_symbols``.
         """
         if model_type not in get_args(ModelType):
             raise ValueError(f"model_type={model_type!r}; expected one of {get_args(ModelType)}")
@@ -250,15 +252,20 @@ class TokenizerPair:
         return self.source is self.target or self.source.to_bytes() == self.target.to_bytes()
 
     def save(self, directory: str | os.PathLike[str]) -> list[Path]:
-        """Write the model file(s) into ``directory`` (created if missing); returns the paths."""
+        """Write the model file(s) into ``directory`` (created if missing) and remove files of
+        the other layout, so the directory stays unambiguous; returns the written paths."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if self.is_joint:
             written = {_JOINT_FILE: self.source}
+            stale = (_SOURCE_FILE, _TARGET_FILE)
         else:
             written = {_SOURCE_FILE: self.source, _TARGET_FILE: self.target}
+            stale = (_JOINT_FILE,)
         for name, tokenizer in written.items():
             tokenizer.save(directory / name)
+        for name in stale:
+            (directory / name).unlink(missing_ok=True)
         return [directory / name for name in written]
 
     @classmethod
