@@ -250,9 +250,9 @@ class TokenBudgetBatcher(Sampler[list[int]]):
     Iterating yields the rest of the current epoch and then advances to the next epoch, so
     ``for epoch ...: for indices in batcher:`` needs no ``set_epoch``. ``state_dict()`` records
     the epoch and how many batches were handed out, so a new batcher loaded from it continues
-    with exactly the remaining batches. The state counts batches *yielded*: a ``DataLoader``
-    with workers prefetches ahead, so collate in the training loop (``dataset.batch``) when the
-    state must be exact.
+    with exactly the remaining batches. The state counts batches *yielded*: collating in the
+    training loop (``dataset.batch(indices)``) keeps it exact, whereas a ``DataLoader`` with
+    workers draws batches ahead of training.
 
     Sharding for data parallelism: shard ``shard_index`` of ``num_shards`` takes every
     ``num_shards``-th batch of the epoch's order after truncating it to a multiple of
