@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -82,3 +83,13 @@ def test_chrf_plus_plus_is_named_in_signature() -> None:
 def test_chrf_rejects_bad_orders() -> None:
     with pytest.raises(ValueError, match="char_order"):
         corpus_chrf(["a"], ["a"], char_order=0)
+
+
+def test_tokenized_bleu_does_not_warn_on_tokenized_input(caplog: pytest.LogCaptureFixture) -> None:
+    lines = ["a man is here ."] * 100
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        corpus_bleu(lines, lines)
+        assert "detokenize" in caplog.text  # sacrebleu's own check, on the detokenized path
+        caplog.clear()
+        tokenized_bleu(lines, lines)
+    assert caplog.text == ""

@@ -5,20 +5,20 @@ with artificial errors (Grundkiewicz et al. 2019; Kiyono et al. 2019). `GECNoise
 tokenized sentence (tokens separated by spaces, punctuation split off, as in Moses/PTB output)
 with the error types most frequent in learner corpora:
 
-========== ==================================================================================
-type       what happens to an eligible token
-========== ==================================================================================
-confusion  a commonly confused word: their/there, then/than, its/"it 's", to/too, lose/loose ...
-article    a/an/the replaced by another article, or deleted
+=========== ==================================================================================
+type        what happens to an eligible token
+=========== ==================================================================================
+confusion   a commonly confused word: their/there, then/than, its/"it 's", to/too, lose/loose ...
+article     a/an/the replaced by another article, or deleted
 preposition a preposition replaced by another one
-agreement  subject–verb agreement broken: is/are, was/were, has/have, goes/go ...
-verb_form  a verb replaced by another form of the same verb: go/goes/went/gone/going
+agreement   subject–verb agreement broken: is/are, was/were, has/have, goes/go ...
+verb_form   a verb replaced by another form of the same verb: go/goes/went/gone/going
 noun_number a noun's number flipped: book/books, child/children
-typo       one character deleted, doubled, transposed or replaced by a keyboard neighbour
-deletion   the token is dropped
-insertion  a frequent function word is inserted after the token
-swap       the token swaps places with the next one
-========== ==================================================================================
+typo        one character deleted, doubled, transposed or replaced by a keyboard neighbour
+deletion    the token is dropped
+insertion   a frequent function word is inserted after the token
+swap        the token swaps places with the next one
+=========== ==================================================================================
 
 Each probability in `NoiseConfig` is **per eligible token**. Word-level types are tried on each
 token in the order above and at most one of them changes a token; then deletions, insertions and

@@ -97,9 +97,13 @@ def corpus_bleu(
     tokenize: BleuTokenizer = "13a",
     lowercase: bool = False,
 ) -> BLEUResult:
-    """Corpus BLEU of detokenized ``hypotheses`` against per-example ``references``."""
+    """Corpus BLEU of detokenized ``hypotheses`` against per-example ``references``.
+
+    With ``tokenize="none"`` the text is taken as already tokenized, and sacrebleu's warning
+    about tokenized input is silenced.
+    """
     streams = _reference_streams(hypotheses, references)
-    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
     out = metric.corpus_score(list(hypotheses), streams)
     return BLEUResult(
         score=float(out.score),
