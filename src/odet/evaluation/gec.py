@@ -1,10 +1,11 @@
 """Grammatical error correction metrics: JFLEG's GLEU and the CoNLL-14 MaxMatch (M2) F0.5.
 
-Both are hand-written because no maintained, pure-Python package provides them faithfully:
-``gleu`` on PyPI and ``gec-metrics`` reimplement GLEU with different reference sampling, and
-``gec-metrics``/``errant`` need spaCy models; the NUS M2 scorer is a Python 2 script that is not
-on PyPI. Both implementations below follow the official scripts step by step (including their
-tie-breaking), so that scores are comparable with published numbers.
+Both are written here rather than wrapped. No maintained, pure-Python package provides the
+MaxMatch scorer: the NUS ``m2scorer`` is a Python 2 script that is not on PyPI, and ``errant`` /
+``gec-metrics`` need spaCy models. GLEU is a few lines of counting; writing it here lets it follow
+JFLEG's script exactly, down to the Python 2 reference draws, which move the second decimal.
+Both follow the official scripts step by step (tie-breaking included), so that scores are
+comparable with published numbers.
 
 Texts are whitespace-tokenized (``str.split``), as in both official scripts: pass tokenized
 sentences. Scores are ×100.
@@ -219,9 +220,9 @@ class M2Result:
     gold: int
 
     def __post_init__(self) -> None:
-        if not 0 <= self.correct <= min(self.proposed, self.gold) or self.proposed < 0:
+        if not 0 <= self.correct <= self.gold or self.proposed < 0:
             raise ValueError(
-                f"need 0 <= correct <= proposed, gold; got {self.correct}, "
+                f"need 0 <= correct <= gold and proposed >= 0; got {self.correct}, "
                 f"{self.proposed}, {self.gold}"
             )
         if self.beta <= 0:
