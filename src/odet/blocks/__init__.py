@@ -1,5 +1,7 @@
-"""ODE blocks: RK steps over shared layers, their coefficient schemes, and stacks of them."""
+"""ODE blocks: RK steps over shared layers, their coefficient schemes, and stacks of them
+(one-step, multistep, DLCL, predictor–corrector, implicit)."""
 
+from odet.blocks.base import Stack
 from odet.blocks.coefficients import (
     COEFFICIENTS,
     Coefficients,
@@ -10,20 +12,39 @@ from odet.blocks.coefficients import (
     LearnedCoefficients,
     make_coefficients,
 )
+from odet.blocks.implicit import ImplicitEulerBlock
+from odet.blocks.multistep import AdamsBashforthStack, DLCLStack, MultistepBlock
 from odet.blocks.ode_block import ODEBlock
-from odet.blocks.stack import STACK_METHODS, RungeKuttaStack, build_stack
+from odet.blocks.predictor_corrector import PredictorCorrectorBlock
+from odet.blocks.stack import (
+    STACK_METHODS,
+    RungeKuttaStack,
+    StackMethod,
+    StackOptions,
+    build_stack,
+    coefficient_problem,
+)
 
 __all__ = [
     "COEFFICIENTS",
     "STACK_METHODS",
+    "AdamsBashforthStack",
     "CoefficientScheme",
     "Coefficients",
+    "DLCLStack",
     "EMACoefficients",
     "FixedCoefficients",
     "GatedCoefficients",
+    "ImplicitEulerBlock",
     "LearnedCoefficients",
+    "MultistepBlock",
     "ODEBlock",
+    "PredictorCorrectorBlock",
     "RungeKuttaStack",
+    "Stack",
+    "StackMethod",
+    "StackOptions",
     "build_stack",
+    "coefficient_problem",
     "make_coefficients",
 ]

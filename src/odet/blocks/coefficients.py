@@ -35,12 +35,16 @@ class Coefficients(nn.Module):
         return None
 
 
-class FixedCoefficients(Coefficients):
-    """The tableau's ``b``."""
+def _weights_of(source: ButcherTableau | Sequence[float]) -> tuple[float, ...]:
+    return source.b if isinstance(source, ButcherTableau) else tuple(float(w) for w in source)
 
-    def __init__(self, tableau: ButcherTableau):
+
+class FixedCoefficients(Coefficients):
+    """The tableau's ``b`` (or any given weights, e.g. a multistep method's ``β``)."""
+
+    def __init__(self, weights: ButcherTableau | Sequence[float]):
         super().__init__()
-        self.b = tableau.b
+        self.b = _weights_of(weights)
 
     def forward(self, k: Sequence[Tensor]) -> Tensor:
         terms = [w * ki for w, ki in zip(self.b, k) if w != 0.0]
@@ -54,11 +58,11 @@ class FixedCoefficients(Coefficients):
 
 
 class LearnedCoefficients(Coefficients):
-    """One learnable scalar per stage, initialised to ``b``."""
+    """One learnable scalar per stage, initialised to ``b`` (or to the given weights)."""
 
-    def __init__(self, tableau: ButcherTableau):
+    def __init__(self, weights: ButcherTableau | Sequence[float]):
         super().__init__()
-        self.weight = nn.Parameter(torch.tensor(tableau.b))
+        self.weight = nn.Parameter(torch.tensor(_weights_of(weights)))
 
     def forward(self, k: Sequence[Tensor]) -> Tensor:
         out = self.weight[0] * k[0]

@@ -1,28 +1,50 @@
-"""Stacks of blocks: the integrator over a depth of layers, built from a method name."""
+"""Stacks of blocks built from a method name: the registry of every ``encoder_method`` /
+``decoder_method``.
+
+==================  ====================  ===================================================
+method              family                block ``l`` (layer ``F_l``), stages per block
+==================  ====================  ===================================================
+euler, rk2, rk4, …  runge_kutta           one RK step of the tableau over ``F_l``; ``s``
+ab2, ab3            multistep             Adams–Bashforth over ``F_l, F_{l−1}, …``; 1
+dlcl                dlcl                  Euler step on a learned mix of earlier outputs; 1
+pc                  predictor_corrector   RK2 predictor + corrector ``F_l(P)``; 3
+implicit_euler      implicit              ``y' = y + F_l(y')`` by fixed-point iteration; 1 + M
+==================  ====================  ===================================================
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from torch import Tensor, nn
 
-from odet.blocks.coefficients import Coefficients, CoefficientScheme, make_coefficients
+from odet.blocks.base import Stack, arguments_of
+from odet.blocks.coefficients import (
+    COEFFICIENTS,
+    Coefficients,
+    CoefficientScheme,
+    make_coefficients,
+)
+from odet.blocks.implicit import DEFAULT_ITERATIONS, ImplicitEulerBlock
+from odet.blocks.multistep import MULTISTEP_SCHEMES, AdamsBashforthStack, DLCLStack
 from odet.blocks.ode_block import ODEBlock
-from odet.ode import TABLEAUS, get_tableau
+from odet.blocks.predictor_corrector import PC_SCHEMES, PredictorCorrectorBlock
+from odet.ode import TABLEAUS, ButcherTableau
 
 
-class RungeKuttaStack(nn.Module):
-    """``y_{l+1} = block_l(y_l)`` for ``L`` one-step RK blocks, each over its own layer."""
+class RungeKuttaStack(Stack):
+    """``y_{l+1} = block_l(y_l)`` for ``L`` one-step blocks, each over its own layer.
 
-    def __init__(self, blocks: Sequence[ODEBlock]):
+    The blocks are RK steps (``ODEBlock``), or the predictor–corrector and fixed-point implicit
+    blocks, which are explicit RK methods in disguise: none needs anything but ``y_l``.
+    """
+
+    def __init__(self, blocks: Sequence[nn.Module]):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
-
-    @property
-    def stage_counts(self) -> tuple[int, ...]:
-        """Stages per block: the number of (block, stage) self-attention caches a decoder needs."""
-        return tuple(block.num_stages for block in self.blocks)
 
     def forward(
         self,
@@ -33,39 +55,179 @@ class RungeKuttaStack(nn.Module):
     ) -> Tensor:
         """``y (B, T, D)``; ``kwargs`` reach every block, ``block_kwargs[l]`` only block ``l``."""
         for l, block in enumerate(self.blocks):
-            extra = block_kwargs[l] if block_kwargs is not None else {}
-            y = block(y, **kwargs, **extra)
+            y = block(y, **arguments_of(l, block_kwargs, kwargs))
         return y
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """Everything a stack builder may use besides the method, the fields and the depth.
+
+    Args:
+        coefficients: how blocks weigh their stages (methods without stage weights ignore it).
+        d_model: feature width: needed by ``"gated"`` coefficients and by ``dlcl``'s norms.
+        share_gate: one RK2 gate for the whole stack (the paper's code).
+        iterations: fixed-point iterations of implicit blocks.
+        norm_eps: epsilon of the norms a stack adds (``dlcl``).
+    """
+
+    coefficients: CoefficientScheme = "fixed"
+    d_model: int | None = None
+    share_gate: bool = False
+    iterations: int = DEFAULT_ITERATIONS
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.coefficients not in COEFFICIENTS:
+            raise ValueError(
+                f"unknown coefficient scheme {self.coefficients!r}; "
+                f"choose one of {list(COEFFICIENTS)}"
+            )
+        if self.d_model is not None and self.d_model < 1:
+            raise ValueError(f"d_model must be >= 1, got {self.d_model}")
+        if not isinstance(self.iterations, int) or self.iterations < 0:
+            raise ValueError(f"iterations must be a non-negative int, got {self.iterations!r}")
+        if self.norm_eps <= 0:
+            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
+
+
+FieldFactory = Callable[[], nn.Module]
+StackBuilder = Callable[[FieldFactory, int, StackOptions], Stack]
+StackFamily = Literal[
+    "runge_kutta", "multistep", "dlcl", "predictor_corrector", "implicit", "continuous"
+]
+
+
+@dataclass(frozen=True)
+class StackMethod:
+    """One entry of ``STACK_METHODS``: its family, its builder and the coefficient schemes its
+    blocks accept (``()``: the method has no stage weights, and the scheme is ignored)."""
+
+    family: StackFamily
+    build: StackBuilder
+    schemes: tuple[CoefficientScheme, ...] = ()
+    stages: int | None = None
+    """Layer evaluations per block when fixed by the method alone (``None``: depends on
+    options, e.g. implicit iterations)."""
+
+
+def _build_runge_kutta(
+    tableau: ButcherTableau, make_field: FieldFactory, num_layers: int, options: StackOptions
+) -> Stack:
+    scheme = options.coefficients if tableau.num_stages > 1 else "fixed"
+    per_block: CoefficientScheme | Coefficients = scheme
+    if scheme == "gated" and options.share_gate:
+        per_block = make_coefficients("gated", tableau, d_model=options.d_model)
+    return RungeKuttaStack(
+        [
+            ODEBlock(make_field(), tableau, per_block, d_model=options.d_model)
+            for _ in range(num_layers)
+        ]
+    )
+
+
+def _build_adams_bashforth(
+    order: int, make_field: FieldFactory, num_layers: int, options: StackOptions
+) -> Stack:
+    scheme = options.coefficients
+    if scheme not in MULTISTEP_SCHEMES:
+        raise ValueError(coefficient_problem(f"ab{order}", scheme))
+    return AdamsBashforthStack([make_field() for _ in range(num_layers)], order, scheme)
+
+
+def _build_dlcl(make_field: FieldFactory, num_layers: int, options: StackOptions) -> Stack:
+    if options.d_model is None:
+        raise ValueError("the dlcl stack needs d_model (the width of its per-layer norms)")
+    fields = [make_field() for _ in range(num_layers)]
+    return DLCLStack(fields, options.d_model, norm_eps=options.norm_eps)
+
+
+def _build_predictor_corrector(
+    make_field: FieldFactory, num_layers: int, options: StackOptions
+) -> Stack:
+    scheme = options.coefficients
+    if scheme not in PC_SCHEMES:
+        raise ValueError(coefficient_problem("pc", scheme))
+    return RungeKuttaStack(
+        [PredictorCorrectorBlock(make_field(), "rk2", scheme) for _ in range(num_layers)]
+    )
+
+
+def _build_implicit_euler(
+    make_field: FieldFactory, num_layers: int, options: StackOptions
+) -> Stack:
+    return RungeKuttaStack(
+        [ImplicitEulerBlock(make_field(), options.iterations) for _ in range(num_layers)]
+    )
+
+
+def _runge_kutta_method(tableau: ButcherTableau) -> StackMethod:
+    schemes: tuple[CoefficientScheme, ...] = ()
+    if tableau.num_stages == 2:
+        schemes = ("fixed", "learned", "gated", "ema")
+    elif tableau.num_stages > 2:
+        schemes = ("fixed", "learned", "ema")
+    build = functools.partial(_build_runge_kutta, tableau)
+    return StackMethod("runge_kutta", build, schemes, tableau.num_stages)
+
+
+STACK_METHODS: dict[str, StackMethod] = {
+    **{name: _runge_kutta_method(tableau) for name, tableau in TABLEAUS.items()},
+    "ab2": StackMethod(
+        "multistep", functools.partial(_build_adams_bashforth, 2), MULTISTEP_SCHEMES, 1
+    ),
+    "ab3": StackMethod(
+        "multistep", functools.partial(_build_adams_bashforth, 3), MULTISTEP_SCHEMES, 1
+    ),
+    "dlcl": StackMethod("dlcl", _build_dlcl, (), 1),
+    "pc": StackMethod("predictor_corrector", _build_predictor_corrector, PC_SCHEMES, 3),
+    "implicit_euler": StackMethod("implicit", _build_implicit_euler, (), None),
+}
+"""Every method usable as ``encoder_method`` / ``decoder_method`` (see the module table)."""
+
+
+def coefficient_problem(method: str, scheme: str) -> str:
+    """Why coefficient ``scheme`` cannot be used with ``method`` — ``""`` when it can.
+
+    A scheme the method does not list is an error; methods without stage weights (``euler``,
+    ``dlcl``, ``implicit_euler``) accept and ignore every scheme.
+    """
+    spec = STACK_METHODS[method]
+    if not spec.schemes or scheme in spec.schemes:
+        return ""
+    allowed = ", ".join(repr(s) for s in spec.schemes)
+    if scheme == "gated" and spec.family == "runge_kutta":
+        return (
+            f"'gated' needs a two-stage method, but {method!r} has {spec.stages} stages; "
+            f"use {allowed}"
+        )
+    return f"{scheme!r} coefficients do not apply to method {method!r}; use {allowed}"
 
 
 def build_stack(
     method: str,
-    make_field: Callable[[], nn.Module],
+    make_field: FieldFactory,
     num_layers: int,
     *,
     coefficients: CoefficientScheme = "fixed",
     d_model: int | None = None,
     share_gate: bool = False,
-) -> RungeKuttaStack:
+    iterations: int = DEFAULT_ITERATIONS,
+    norm_eps: float = 1e-5,
+) -> Stack:
     """``num_layers`` blocks of ``method``, each over a fresh field from ``make_field()``.
 
-    One-stage methods (Euler) ignore ``coefficients``: they are the plain residual stack.
-    ``share_gate=True`` gives every block of the stack the same RK2 gate (the paper's code).
+    Methods without stage weights (Euler, DLCL, implicit Euler) ignore ``coefficients``.
+    ``share_gate=True`` gives every block of the stack the same RK2 gate (the paper's code);
+    ``iterations`` sets the fixed-point iterations of ``implicit_euler``; ``norm_eps`` the
+    epsilon of ``dlcl``'s per-layer norms.
     """
     if method not in STACK_METHODS:
         raise ValueError(f"unknown stack method {method!r}; choose one of {sorted(STACK_METHODS)}")
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-    tableau = get_tableau(method)
-    scheme: CoefficientScheme = coefficients if tableau.num_stages > 1 else "fixed"
-    per_block: CoefficientScheme | Coefficients = scheme
-    if scheme == "gated" and share_gate:
-        per_block = make_coefficients("gated", tableau, d_model=d_model)
-    blocks = [
-        ODEBlock(make_field(), tableau, per_block, d_model=d_model) for _ in range(num_layers)
-    ]
-    return RungeKuttaStack(blocks)
-
-
-STACK_METHODS: dict[str, str] = {name: "runge_kutta" for name in TABLEAUS}
-"""Every method usable as ``encoder_method`` / ``decoder_method``, with its stack family."""
+    options = StackOptions(coefficients, d_model, share_gate, iterations, norm_eps)
+    problem = coefficient_problem(method, coefficients)
+    if problem:
+        raise ValueError(problem)
+    return STACK_METHODS[method].build(make_field, num_layers, options)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from odet.blocks import STACK_METHODS
+from odet.blocks import STACK_METHODS, coefficient_problem
 from odet.config import check, check_types, from_dict, suggest, to_dict
-from odet.ode import get_tableau
 
 CoefficientName = Literal["fixed", "learned", "gated", "ema"]
 
@@ -17,9 +16,12 @@ class Seq2SeqConfig:
     """An encoder–decoder ODE Transformer.
 
     ``encoder_method`` / ``decoder_method`` name the integrator of each stack (``"euler"`` is the
-    ordinary pre-norm Transformer; ``"rk2"``, ``"rk4"`` … are RK blocks over shared layers).
-    ``coefficients`` applies to every multi-stage stack (``decoder_coefficients`` overrides it for
-    the decoder); one-stage stacks are plain residual stacks whatever it says.
+    ordinary pre-norm Transformer; ``"rk2"``, ``"rk4"`` … are RK blocks over shared layers;
+    ``"ab2"``, ``"ab3"``, ``"dlcl"``, ``"pc"``, ``"implicit_euler"`` are the multistep,
+    layer-history, predictor–corrector and implicit stacks of ``odet.blocks.STACK_METHODS``).
+    ``coefficients`` applies to every stack whose blocks weigh stages (``decoder_coefficients``
+    overrides it for the decoder); a scheme the method cannot use is an error, and methods
+    without stage weights (``euler``, ``dlcl``, ``implicit_euler``) ignore it.
     """
 
     vocab_size: int
@@ -82,16 +84,12 @@ class Seq2SeqConfig:
                 f"Seq2SeqConfig.{key} = {method!r} is not a known method"
                 f"{suggest(method, STACK_METHODS)}; choose one of {sorted(STACK_METHODS)}",
             )
-        for key, method, scheme in (
-            ("coefficients", self.encoder_method, self.coefficients),
-            ("decoder_coefficients", self.decoder_method, self.decoder_scheme),
+        for key, method_key, scheme in (
+            ("coefficients", "encoder_method", self.coefficients),
+            ("decoder_coefficients", "decoder_method", self.decoder_scheme),
         ):
-            stages = get_tableau(method).num_stages
-            check(
-                scheme != "gated" or stages in (1, 2),
-                f"Seq2SeqConfig.{key} = 'gated' needs a two-stage method, but "
-                f"{method!r} has {stages} stages; use 'fixed', 'learned' or 'ema'",
-            )
+            problem = coefficient_problem(getattr(self, method_key), scheme)
+            check(not problem, f"Seq2SeqConfig.{key} = {scheme!r} with {method_key}: {problem}")
         if self.tgt_vocab_size is not None:
             check(self.tgt_vocab_size >= 1, "Seq2SeqConfig.tgt_vocab_size must be >= 1")
         check(

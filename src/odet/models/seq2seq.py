@@ -91,6 +91,7 @@ class Seq2Seq(nn.Module):
             coefficients=c.coefficients,
             d_model=c.d_model,
             share_gate=c.share_gate,
+            norm_eps=c.norm_eps,
         )
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
         self.decoder = build_stack(
@@ -100,6 +101,7 @@ class Seq2Seq(nn.Module):
             coefficients=c.decoder_scheme,
             d_model=c.d_model,
             share_gate=c.share_gate,
+            norm_eps=c.norm_eps,
         )
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
         self.output_projection = nn.Linear(c.d_model, c.target_vocab_size, bias=False)
@@ -132,16 +134,15 @@ class Seq2Seq(nn.Module):
     def init_state(self, encoder_out: EncoderOutput) -> DecoderState:
         """A fresh incremental-decoding state: each block's memory keys/values projected once,
         and one empty self-attention cache per (block, stage)."""
-        blocks = self.decoder.blocks
+        stages = self.decoder.stage_counts
         return DecoderState(
-            self_attn={
-                (l, i): KVCache() for l, block in enumerate(blocks) for i in range(block.num_stages)
-            },
+            self_attn={(l, i): KVCache() for l, count in enumerate(stages) for i in range(count)},
             memory_kv={
-                l: block.field.project_memory(encoder_out.memory) for l, block in enumerate(blocks)
+                l: block.field.project_memory(encoder_out.memory)
+                for l, block in enumerate(self.decoder.blocks)
             },
             memory_padding_mask=encoder_out.padding_mask,
-            stage_counts=self.decoder.stage_counts,
+            stage_counts=stages,
         )
 
     def decode(
