@@ -2,7 +2,13 @@ import pytest
 import torch
 from torch import nn
 
-from odet.blocks import STACK_METHODS, StackOptions, build_stack, coefficient_problem
+from odet.blocks import (
+    STACK_METHODS,
+    StackMethod,
+    StackOptions,
+    build_stack,
+    coefficient_problem,
+)
 
 
 class CountingField(nn.Module):
@@ -92,3 +98,13 @@ def test_every_block_exposes_its_own_field():
         assert len({id(f) for f in fields}) == 2 and all(
             isinstance(f, CountingField) for f in fields
         )
+
+
+def test_stack_method_entries_validate_themselves():
+    build = STACK_METHODS["dlcl"].build
+    with pytest.raises(ValueError, match="unknown stack family 'discrete'"):
+        StackMethod("discrete", build)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown coefficient schemes \['gate'\]"):
+        StackMethod("dlcl", build, ("gate",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stages per block must be >= 1 or None, got 0"):
+        StackMethod("dlcl", build, (), 0)

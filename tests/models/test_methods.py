@@ -101,8 +101,9 @@ def test_zero_layers_make_every_method_but_dlcl_an_identity_stack():
     x = torch.randn(2, 4, 32)
     for method in NEW_METHODS:
         model = Seq2Seq(small_config(encoder_method=method, coefficients="fixed")).eval()
-        for p in model.encoder.parameters():
-            torch.nn.init.zeros_(p)  # zero output projections ⇒ every field is zero
+        for block in model.encoder.blocks:
+            for p in block.field.parameters():
+                torch.nn.init.zeros_(p)  # zero norms and projections ⇒ every field is zero
         with torch.no_grad():
             out = model.encoder(x, padding_mask=torch.zeros(2, 4, dtype=torch.bool))
         if method == "dlcl":

@@ -15,6 +15,7 @@ implicit_euler      implicit              ``y' = y + F_l(y')`` by fixed-point it
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -96,6 +97,7 @@ StackBuilder = Callable[[FieldFactory, int, StackOptions], Stack]
 StackFamily = Literal[
     "runge_kutta", "multistep", "dlcl", "predictor_corrector", "implicit", "continuous"
 ]
+STACK_FAMILIES: tuple[StackFamily, ...] = typing.get_args(StackFamily)
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,17 @@ class StackMethod:
     stages: int | None = None
     """Layer evaluations per block when fixed by the method alone (``None``: depends on
     options, e.g. implicit iterations)."""
+
+    def __post_init__(self) -> None:
+        if self.family not in STACK_FAMILIES:
+            raise ValueError(
+                f"unknown stack family {self.family!r}; choose one of {STACK_FAMILIES}"
+            )
+        unknown = [s for s in self.schemes if s not in COEFFICIENTS]
+        if unknown:
+            raise ValueError(f"unknown coefficient schemes {unknown}; known: {list(COEFFICIENTS)}")
+        if self.stages is not None and self.stages < 1:
+            raise ValueError(f"stages per block must be >= 1 or None, got {self.stages}")
 
 
 def _build_runge_kutta(
