@@ -1,1 +1,45 @@
-"""odet.training."""
+"""Training: typed configs, label-smoothed loss, warmup schedule, checkpoints and the trainer."""
+
+from odet.training.checkpoint import (
+    Checkpoint,
+    TrainerState,
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_model_dir,
+    save_checkpoint,
+    verify_checkpoint,
+)
+from odet.training.config import (
+    DataConfig,
+    LoopConfig,
+    OptimConfig,
+    TrainConfig,
+    apply_overrides,
+    load_train_config,
+)
+from odet.training.loss import label_smoothed_loss
+from odet.training.schedule import inverse_sqrt_factor, inverse_sqrt_schedule
+from odet.training.trainer import Trainer, TrainingInterruptedError, TrainResult, train
+
+__all__ = [
+    "Checkpoint",
+    "DataConfig",
+    "LoopConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "TrainerState",
+    "TrainingInterruptedError",
+    "apply_overrides",
+    "inverse_sqrt_factor",
+    "inverse_sqrt_schedule",
+    "label_smoothed_loss",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_train_config",
+    "resolve_model_dir",
+    "save_checkpoint",
+    "train",
+    "verify_checkpoint",
+]

@@ -1,0 +1,267 @@
+"""``odet <command>``: a dispatch table of plain functions over the library.
+
+User errors (a bad config, a missing or corrupt file, bad input) end with one line on stderr,
+``odet: error: ...``, and exit status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+# ---------------------------------------------------------------------------- commands
+def cmd_train(args: argparse.Namespace) -> int:
+    from odet.training import load_train_config, train
+
+    overrides = list(args.set or [])
+    if args.output_dir:
+        overrides.append(f"output_dir={args.output_dir}")
+    config = load_train_config(args.config, overrides)
+    result = train(config, progress=False if args.no_progress else None)
+    print(f"trained {result.steps} updates ({result.epochs} epochs, {result.elapsed_seconds:.0f}s)")
+    if result.best_metric is not None:
+        print(
+            f"best valid {config.train.best_metric}: {result.best_metric:.2f} "
+            f"({result.best_checkpoint})"
+        )
+    if result.test:
+        print("test: " + ", ".join(f"{k} {v:.2f}" for k, v in result.test.items()))
+    print(f"run directory: {result.output_dir}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from odet.generation.text import GenerationConfig, Translator
+
+    config = GenerationConfig(
+        strategy=args.strategy,
+        beam_size=args.beam,
+        length_penalty=args.lenpen,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        min_len=args.min_len,
+        no_repeat_ngram_size=args.no_repeat_ngram_size,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        batch_tokens=args.batch_tokens,
+    )
+    if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
+        raise ValueError(f"--output {args.output} is the input file; refusing to overwrite it")
+    lines, invalid = _read_input(args.input)
+    translator = Translator.from_checkpoint(args.model, args.checkpoint, config)
+    outputs = translator.translate(lines, progress=not args.no_progress and args.output is not None)
+    text = "".join(o + "\n" for o in outputs)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    report = translator.report
+    notes = []
+    if report.empty:
+        notes.append(f"{report.empty} empty line(s) gave empty outputs")
+    if report.truncated:
+        notes.append(
+            f"{report.truncated} over-long line(s) truncated to the model's "
+            f"{translator.model.config.max_positions} positions (lines "
+            f"{report.truncated_lines[:5]}{'…' if report.truncated > 5 else ''})"
+        )
+    if invalid:
+        notes.append(f"{invalid} line(s) with invalid UTF-8 (bad bytes replaced)")
+    for note in notes:
+        print(f"odet: warning: {note}", file=sys.stderr)
+    return 0
+
+
+def _read_input(path: str | None) -> tuple[list[str], int]:
+    raw = sys.stdin.buffer.read() if path in (None, "-") else Path(path).read_bytes()
+    lines, invalid = [], 0
+    for line in raw.splitlines():
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(line.decode("utf-8", errors="replace"))
+            invalid += 1
+    return lines, invalid
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from odet.evaluation.files import evaluate_files
+
+    result = evaluate_files(
+        args.metric,
+        args.hyp,
+        args.ref,
+        source=args.src,
+        tokenized=args.tokenized,
+        lowercase=args.lowercase,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(result["text"])
+    return 0
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    from odet.training.average import average_checkpoints
+
+    out = average_checkpoints(args.run, args.last, args.out)
+    print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from odet.data import DATASETS, prepare_dataset
+
+    if args.name == "list":
+        for name, spec in DATASETS.items():
+            print(f"{name:10s} {spec.description}\n{'':10s} licence: {spec.licence}")
+        return 0
+    files = prepare_dataset(args.name, args.out, args.data_dir, progress=not args.no_progress)
+    print(f"{args.name}: {len(files)} file(s) verified in {args.out}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from odet.demo import run_demo
+
+    run_demo(args.out, task=args.task, epochs=args.epochs, progress=not args.no_progress)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "train": cmd_train,
+    "generate": cmd_generate,
+    "evaluate": cmd_evaluate,
+    "average": cmd_average,
+    "data": cmd_data,
+    "demo": cmd_demo,
+}
+
+
+# ---------------------------------------------------------------------------- arguments
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="odet", description="ODE Transformers: train, generate, evaluate."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train (or resume) a model from a YAML config")
+    p.add_argument("config", help="training config (YAML)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set model.encoder_method=rk2",
+    )
+    p.add_argument("--output-dir", help="shorthand for --set output_dir=DIR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    p = sub.add_parser("generate", help="translate lines of text with a trained model")
+    p.add_argument("model", help="a checkpoint directory or a training run directory")
+    p.add_argument("--input", "-i", help="input file (default: stdin)")
+    p.add_argument("--output", "-o", help="output file (default: stdout)")
+    p.add_argument(
+        "--checkpoint",
+        choices=["best", "last"],
+        default="best",
+        help="which checkpoint of a run directory",
+    )
+    p.add_argument("--strategy", choices=["beam", "greedy", "sample"], default="beam")
+    p.add_argument("--beam", type=int, default=5, help="beam size")
+    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
+    p.add_argument("--max-len-a", type=float, default=1.5)
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--min-len", type=int, default=0)
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("evaluate", help="score hypotheses against references")
+    p.add_argument("--metric", choices=["bleu", "chrf", "rouge", "gleu", "m2"], default="bleu")
+    p.add_argument("--hyp", required=True, help="hypotheses, one per line")
+    p.add_argument(
+        "--ref",
+        required=True,
+        nargs="+",
+        help="reference file(s), line-aligned (an M2 file for --metric m2)",
+    )
+    p.add_argument("--src", help="source file (GLEU needs it)")
+    p.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="BLEU on lower-cased 13a-tokenized text (published Multi30k numbers)",
+    )
+    p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    p = sub.add_parser("average", help="average the weights of the last N checkpoints")
+    p.add_argument("run", help="training run directory (or its checkpoints/ directory)")
+    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--out", required=True, help="directory for the averaged model")
+
+    p = sub.add_parser("data", help="download and verify a dataset ('list' to see them)")
+    p.add_argument("name", choices=["list", "multi30k", "jfleg", "dialogsum"])
+    p.add_argument("--out", default="data", help="output directory")
+    p.add_argument("--data-dir", help="copy from this local directory instead of downloading")
+    p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("demo", help="the end-to-end demo: Euler vs RK2 on a synthetic task")
+    p.add_argument("--out", default="runs/demo", help="output directory")
+    p.add_argument("--task", default="translate", choices=["copy", "reverse", "sort", "translate"])
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from odet.config import ConfigError
+    from odet.data import DataError
+    from odet.models import CheckpointError
+
+    return (ConfigError, DataError, CheckpointError, ValueError, OSError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.command == "train" else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if args.debug:
+        return COMMANDS[args.command](args)
+    from odet.training import TrainingInterruptedError
+
+    try:
+        return COMMANDS[args.command](args)
+    except TrainingInterruptedError as err:
+        print(f"odet: {err}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("odet: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _user_errors() as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if isinstance(err, OSError) and err.filename and str(err.filename) not in message:
+            message = f"{message}: {err.filename}"
+        print(f"odet: error: {message}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Scoring files: what ``odet evaluate`` runs. Line counts are checked and named in errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from odet.data.m2 import read_m2
+from odet.data.text import DataError, read_lines
+from odet.evaluation.gec import corpus_gleu, m2_score
+from odet.evaluation.rouge import corpus_rouge
+from odet.evaluation.translation import (
+    corpus_bleu,
+    corpus_chrf,
+    tokenize_13a_lower,
+    tokenized_bleu,
+)
+
+METRICS = ("bleu", "chrf", "rouge", "gleu", "m2")
+
+
+def _read_all_lines(path: str | Path) -> list[str]:
+    """Every line of a file, empty ones included (hypotheses must stay aligned)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path} is not valid UTF-8 (byte {err.start})") from None
+
+
+def _aligned(hyp_path: str, hyps: list[str], others: dict[str, list[str]]) -> None:
+    for path, lines in others.items():
+        if len(lines) != len(hyps):
+            raise DataError(
+                f"line counts differ: {hyp_path} has {len(hyps)} lines but {path} has {len(lines)}"
+            )
+
+
+def evaluate_files(
+    metric: str,
+    hyp: str,
+    refs: list[str],
+    *,
+    source: str | None = None,
+    tokenized: bool = False,
+    lowercase: bool = False,
+) -> dict[str, Any]:
+    """Score a hypothesis file against reference file(s); returns numbers and a text summary."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
+    hyps = _read_all_lines(hyp)
+    if metric == "m2":
+        if len(refs) != 1:
+            raise DataError("--metric m2 takes exactly one reference: the gold M2 file")
+        gold = read_m2(refs[0], out_of_range="drop")
+        _aligned(hyp, hyps, {refs[0]: ["" for _ in gold]})
+        m2 = m2_score(hyps, gold)
+        return {
+            "metric": "m2",
+            "precision": m2.precision,
+            "recall": m2.recall,
+            "f0.5": m2.f_score,
+            "text": f"M2 P {m2.precision:.2f} R {m2.recall:.2f} F{m2.beta:g} {m2.f_score:.2f}",
+        }
+    ref_lines = {path: _read_all_lines(path) for path in refs}
+    _aligned(hyp, hyps, ref_lines)
+    references = [list(group) for group in zip(*ref_lines.values())]
+    if metric == "bleu":
+        if tokenized:
+            result = tokenized_bleu(
+                [tokenize_13a_lower(h) for h in hyps],
+                [[tokenize_13a_lower(r) for r in g] for g in references],
+            )
+            label = "tokenized lower-cased BLEU"
+        else:
+            result = corpus_bleu(hyps, references, lowercase=lowercase)
+            label = "BLEU"
+        return {
+            "metric": "bleu",
+            "score": result.score,
+            "signature": result.signature,
+            "text": f"{label} = {result.score:.2f} ({result.signature})",
+        }
+    if metric == "chrf":
+        chrf = corpus_chrf(hyps, references)
+        return {
+            "metric": "chrf",
+            "score": chrf.score,
+            "signature": chrf.signature,
+            "text": f"chrF = {chrf.score:.2f} ({chrf.signature})",
+        }
+    if metric == "rouge":
+        rouge = corpus_rouge(hyps, references)
+        scores = {"rouge1": rouge.rouge1.f1, "rouge2": rouge.rouge2.f1, "rougeL": rouge.rouge_l.f1}
+        return {
+            "metric": "rouge",
+            **scores,
+            "text": "ROUGE-1/2/L F1 = " + " / ".join(f"{v:.2f}" for v in scores.values()),
+        }
+    if source is None:
+        raise DataError("--metric gleu needs --src (the uncorrected source sentences)")
+    sources = _read_all_lines(source)
+    _aligned(hyp, hyps, {source: sources})
+    gleu = corpus_gleu(sources, hyps, references)
+    return {
+        "metric": "gleu",
+        "score": gleu.score,
+        "std": gleu.std,
+        "text": f"GLEU = {gleu.score:.2f} (± {gleu.std:.2f}, {len(refs)} reference(s))",
+    }
+
+
+__all__ = ["METRICS", "evaluate_files", "read_lines"]

@@ -1,0 +1,232 @@
+"""Training checkpoints: self-contained, atomic, verified, with last-K/best bookkeeping.
+
+Layout under ``<output_dir>/checkpoints/``::
+
+    index.json                 {"checkpoints": [...], "last": "step_000500", "best": "step_000400"}
+    step_000500/
+        config.json, model.safetensors     the model (``Seq2Seq.from_pretrained`` reads these)
+        tokenizer*.model                   the tokenizer(s): a checkpoint translates on its own
+        train_config.yaml                  the resolved training config
+        trainer_state.json                 step, epoch, data position, best metric, ...
+        optimizer.pt                       optimizer + scheduler state (tensors and numbers only,
+                                           loaded with ``torch.load(weights_only=True)``)
+        rng.safetensors                    the torch RNG state (dropout) for exact resume
+        checksums.json                     SHA-256 of every file above
+
+A checkpoint is written into a temporary directory, every file fsynced, then renamed into place;
+``index.json`` is replaced atomically afterwards. Loading verifies the checksums and falls back to
+the previous checkpoint when the newest one is incomplete or corrupt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from odet.data import TokenizerPair
+from odet.models import CheckpointError, Seq2Seq
+from odet.models.serialization import atomic_write
+
+logger = logging.getLogger(__name__)
+
+INDEX_NAME = "index.json"
+STATE_NAME = "trainer_state.json"
+OPTIMIZER_NAME = "optimizer.pt"
+RNG_NAME = "rng.safetensors"
+CHECKSUMS_NAME = "checksums.json"
+CONFIG_NAME = "train_config.yaml"
+
+
+@dataclass
+class TrainerState:
+    """Where training is: enough, with the optimizer and RNG, to resume exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batcher: dict[str, Any] = field(default_factory=dict)
+    best_metric: float | None = None
+    best_step: int | None = None
+    bad_epochs: int = 0
+    elapsed_seconds: float = 0.0
+    target_tokens: int = 0
+    finished: bool = False
+
+
+@dataclass
+class Checkpoint:
+    """A loaded training checkpoint."""
+
+    path: Path
+    state: TrainerState
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: torch.Tensor
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_index(root: Path) -> dict[str, Any]:
+    """The checkpoint index (empty when there is none yet)."""
+    index = root / INDEX_NAME
+    if not index.is_file():
+        return {"checkpoints": [], "last": None, "best": None}
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{index} is corrupt: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("checkpoints"), list):
+        raise CheckpointError(f"{index} is not a checkpoint index")
+    return data
+
+
+def save_checkpoint(
+    root: Path,
+    *,
+    model: Seq2Seq,
+    tokenizers: TokenizerPair,
+    config_yaml: str,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    state: TrainerState,
+    keep_last: int,
+    is_best: bool,
+) -> Path:
+    """Write checkpoint ``step_<N>`` atomically, update the index and prune old ones."""
+    root.mkdir(parents=True, exist_ok=True)
+    name = checkpoint_name(state.step)
+    final = root / name
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}."))
+    try:
+        model.save_pretrained(tmp)
+        tokenizers.save(tmp)
+        (tmp / CONFIG_NAME).write_text(config_yaml, encoding="utf-8")
+        (tmp / STATE_NAME).write_text(json.dumps(asdict(state), indent=2) + "\n", encoding="utf-8")
+        torch.save(
+            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+            tmp / OPTIMIZER_NAME,
+        )
+        save_file({"torch": torch.get_rng_state()}, str(tmp / RNG_NAME))
+        checksums = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        (tmp / CHECKSUMS_NAME).write_text(json.dumps(checksums, indent=2) + "\n")
+        for path in tmp.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        os.chmod(tmp, 0o755)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    index = read_index(root)
+    entries = [e for e in index["checkpoints"] if e["name"] != name and (root / e["name"]).is_dir()]
+    entries.append({"name": name, "step": state.step, "epoch": state.epoch})
+    best = name if is_best else index.get("best")
+    if best is not None and not (root / best).is_dir():
+        best = None
+    keep = {e["name"] for e in entries[-keep_last:]} | ({best} if best else set())
+    for entry in entries:
+        if entry["name"] not in keep:
+            shutil.rmtree(root / entry["name"], ignore_errors=True)
+    entries = [e for e in entries if e["name"] in keep]
+    new_index = {"checkpoints": entries, "last": name, "best": best}
+    atomic_write(root / INDEX_NAME, lambda p: p.write_text(json.dumps(new_index, indent=2) + "\n"))
+    return final
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise ``CheckpointError`` unless every file matches its recorded SHA-256."""
+    sums_file = path / CHECKSUMS_NAME
+    if not sums_file.is_file():
+        raise CheckpointError(f"{path} is incomplete: {CHECKSUMS_NAME} is missing")
+    try:
+        sums = json.loads(sums_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{sums_file} is corrupt: {err}") from None
+    for name, expected in sums.items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{path} is incomplete: {name} is missing")
+        if _sha256(file) != expected:
+            raise CheckpointError(f"{file} is corrupt (SHA-256 mismatch)")
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Read the training state of one verified checkpoint directory."""
+    verify_checkpoint(path)
+    try:
+        state = TrainerState(**json.loads((path / STATE_NAME).read_text(encoding="utf-8")))
+        blob = torch.load(path / OPTIMIZER_NAME, weights_only=True, map_location="cpu")
+        rng = load_file(str(path / RNG_NAME))["torch"]
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as err:
+        raise CheckpointError(f"{path} cannot be read: {err}") from None
+    return Checkpoint(path, state, blob["optimizer"], blob["scheduler"], rng)
+
+
+def latest_checkpoint(root: Path) -> Checkpoint | None:
+    """The newest checkpoint that verifies, newest first; corrupt ones are reported and skipped."""
+    if not root.is_dir():
+        return None
+    try:
+        names = [e["name"] for e in read_index(root)["checkpoints"]]
+    except CheckpointError as err:
+        logger.warning("%s; scanning the directory instead", err)
+        names = []
+    on_disk = sorted(p.name for p in root.glob("step_*") if p.is_dir())
+    candidates = sorted(set(names) | set(on_disk), reverse=True)
+    for name in candidates:
+        try:
+            return load_checkpoint(root / name)
+        except CheckpointError as err:
+            logger.warning("skipping checkpoint %s: %s", name, err)
+    return None
+
+
+def resolve_model_dir(path: str | Path, which: str = "best") -> Path:
+    """A directory with a model and tokenizer: ``path`` itself, or the ``best``/``last``
+    checkpoint of a run directory (``<run>/checkpoints/index.json``) or checkpoints directory."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    for root in (path / "checkpoints", path):
+        if (root / INDEX_NAME).is_file():
+            index = read_index(root)
+            name = index.get(which) or index.get("last")
+            if name and (root / name / "config.json").is_file():
+                return root / name
+    if not path.exists():
+        raise CheckpointError(f"no such checkpoint or run directory: {path}")
+    raise CheckpointError(
+        f"{path} is not a model checkpoint (no config.json) nor a run directory with "
+        "checkpoints/index.json"
+    )

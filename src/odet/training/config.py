@@ -1,0 +1,222 @@
+"""The training configuration: one YAML file, typed and validated before any work starts.
+
+::
+
+    output_dir: runs/multi30k-rk2
+    seed: 1
+    data:       {data_dir, format, train, valid, test, vocab_size, ...}
+    model:      {d_model, num_heads, ..., encoder_method, coefficients}   # Seq2SeqConfig keys
+    optim:      {lr, betas, warmup_updates, clip_norm, label_smoothing, ...}
+    train:      {max_tokens, update_freq, max_epochs, max_updates, max_minutes, precision, ...}
+    generation: {beam_size, length_penalty, max_len_a, max_len_b, ...}
+
+``model`` holds ``Seq2SeqConfig`` keys except ``vocab_size`` (and the special ids), which come
+from the tokenizer; it is checked at load time, so a typo fails in a second, not after the
+tokenizer has trained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
+from odet.generation.text import GenerationConfig
+from odet.models import Seq2SeqConfig
+
+_FROM_TOKENIZER = ("vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the data is and how it becomes token ids.
+
+    ``format="text"``: ``train``/``valid``/``test`` are ``[source_file, target_file]`` (plain or
+    gzip, line-aligned). ``format="jsonl"``: each is ``[file]`` with ``source_field`` and
+    ``target_field``. Relative paths are resolved against ``data_dir``.
+    """
+
+    data_dir: str = "."
+    format: Literal["text", "jsonl"] = "text"
+    train: tuple[str, ...] = ()
+    valid: tuple[str, ...] = ()
+    test: tuple[str, ...] = ()
+    source_field: str = "source"
+    target_field: str = "target"
+    vocab_size: int = 8000
+    tokenizer_type: Literal["bpe", "unigram"] = "bpe"
+    joint_vocab: bool = True
+    tokenizer_sentences: int = 0
+    user_defined_symbols: tuple[str, ...] = ()
+    max_source_tokens: int = 256
+    max_target_tokens: int = 256
+    max_ratio: float = 0.0
+    truncate_source: int = 0
+    valid_limit: int = 0
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        files = 2 if self.format == "text" else 1
+        for split in ("train", "valid", "test"):
+            value = getattr(self, split)
+            check(
+                not value or len(value) == files,
+                f"data.{split} needs {files} file(s) for format {self.format!r}, got {list(value)}",
+            )
+        check(bool(self.train), "data.train is required")
+        check(self.vocab_size >= 16, f"data.vocab_size must be >= 16, got {self.vocab_size}")
+        for key in ("max_source_tokens", "max_target_tokens"):
+            check(getattr(self, key) >= 1, f"data.{key} must be >= 1")
+        for key in ("max_ratio", "truncate_source", "valid_limit", "tokenizer_sentences"):
+            check(getattr(self, key) >= 0, f"data.{key} must be >= 0 (0 disables it)")
+
+    def path(self, name: str) -> Path:
+        return Path(self.data_dir) / name
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Adam with inverse-square-root warmup, clipping and label smoothing."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    warmup_updates: int = 4000
+    warmup_init_lr: float = 1e-7
+    clip_norm: float = 0.0
+    label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check(self.lr > 0, f"optim.lr must be > 0, got {self.lr}")
+        check(
+            all(0.0 <= b < 1.0 for b in self.betas), f"optim.betas must lie in [0, 1): {self.betas}"
+        )
+        check(self.warmup_updates >= 0, "optim.warmup_updates must be >= 0")
+        check(self.clip_norm >= 0, "optim.clip_norm must be >= 0 (0 disables clipping)")
+        check(0.0 <= self.label_smoothing < 1.0, "optim.label_smoothing must lie in [0, 1)")
+        check(self.weight_decay >= 0, "optim.weight_decay must be >= 0")
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """How long to train, how batches are formed, and what is saved and validated when."""
+
+    max_tokens: int = 4096
+    max_sentences: int = 0
+    update_freq: int = 1
+    max_epochs: int = 10
+    max_updates: int = 0
+    max_minutes: float = 0.0
+    precision: Literal["fp32", "bf16"] = "fp32"
+    threads: int = 0
+    save_every_updates: int = 0
+    keep_last: int = 3
+    patience: int = 0
+    validate_bleu: bool = True
+    valid_beam_size: int = 1
+    best_metric: Literal["bleu", "loss"] = "bleu"
+    log_every: int = 50
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check(self.max_tokens >= 8, f"train.max_tokens must be >= 8, got {self.max_tokens}")
+        check(self.update_freq >= 1, "train.update_freq must be >= 1")
+        check(self.max_epochs >= 1, "train.max_epochs must be >= 1")
+        for key in (
+            "max_sentences",
+            "max_updates",
+            "max_minutes",
+            "threads",
+            "save_every_updates",
+            "patience",
+        ):
+            check(getattr(self, key) >= 0, f"train.{key} must be >= 0 (0 disables it)")
+        check(self.keep_last >= 1, "train.keep_last must be >= 1")
+        check(self.log_every >= 1, "train.log_every must be >= 1")
+        check(self.valid_beam_size >= 1, "train.valid_beam_size must be >= 1")
+        check(
+            self.best_metric == "loss" or self.validate_bleu,
+            "train.best_metric 'bleu' needs train.validate_bleu: true",
+        )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything ``odet train`` needs (see the module docstring for the YAML layout)."""
+
+    output_dir: str
+    data: DataConfig
+    model: dict[str, Any] = field(default_factory=dict)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for key in _FROM_TOKENIZER:
+            check(
+                key not in self.model,
+                f"model.{key} is set from the tokenizer; set data.vocab_size instead",
+            )
+        self.model_config(vocab_size=max(64, self.data.vocab_size))  # validate early
+
+    def model_config(self, vocab_size: int, tgt_vocab_size: int | None = None) -> Seq2SeqConfig:
+        """The ``Seq2SeqConfig`` for a tokenizer with the given vocabulary size(s)."""
+        return Seq2SeqConfig.from_dict(
+            {**self.model, "vocab_size": vocab_size, "tgt_vocab_size": tgt_vocab_size}
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        return from_dict(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def with_output_dir(self, output_dir: str | Path) -> TrainConfig:
+        return replace(self, output_dir=str(output_dir))
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"model.d_model=256"`` → ``(["model", "d_model"], 256)`` (the value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set has an empty key segment in {key!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``data`` with ``--set key.sub=value`` overrides applied."""
+    result: dict[str, Any] = yaml.safe_load(yaml.safe_dump(data))
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = result
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def load_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Read, override and validate a training YAML file."""
+    return TrainConfig.from_dict(apply_overrides(load_yaml(path), overrides or []))

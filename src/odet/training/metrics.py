@@ -1,0 +1,84 @@
+"""The metrics log (JSON Lines next to the checkpoints) and the learning-curve plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    """Appends one JSON object per event (``train``/``valid``/``test``) to ``metrics.jsonl``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, event: str, **values: Any) -> None:
+        record = {"event": event, **{k: _clean(v) for k, v in values.items()}}
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.is_file():
+            return []
+        records = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+        return records
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records logged after ``step`` (on resume, the steps will be redone)."""
+        kept = [r for r in self.read() if r.get("step", 0) <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def plot_learning_curve(records: list[dict[str, Any]], path: Path, title: str = "") -> Path:
+    """Train/valid loss against updates, and validation BLEU when present, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in records if r["event"] == "train" and r.get("loss") is not None]
+    valid = [r for r in records if r["event"] == "valid"]
+    has_bleu = any(r.get("bleu") is not None for r in valid)
+    fig, axes = plt.subplots(1, 2 if has_bleu else 1, figsize=(10 if has_bleu else 5.5, 3.8))
+    loss_ax = axes[0] if has_bleu else axes
+    if train:
+        loss_ax.plot(
+            [r["step"] for r in train],
+            [r["loss"] for r in train],
+            label="train (smoothed CE)",
+            lw=1,
+        )
+    if valid:
+        loss_ax.plot(
+            [r["step"] for r in valid], [r["loss"] for r in valid], "o-", label="valid NLL"
+        )
+    loss_ax.set_xlabel("update")
+    loss_ax.set_ylabel("loss per token (nats)")
+    loss_ax.legend()
+    loss_ax.grid(alpha=0.3)
+    if has_bleu:
+        points = [r for r in valid if r.get("bleu") is not None]
+        axes[1].plot([r["step"] for r in points], [r["bleu"] for r in points], "o-", color="C2")
+        axes[1].set_xlabel("update")
+        axes[1].set_ylabel("valid BLEU")
+        axes[1].grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,535 @@
+"""``odet train``: from raw parallel text to a checkpointed, validated model.
+
+The run directory holds everything: the resolved config, the tokenizer, ``metrics.jsonl``,
+``learning_curve.png``, ``train.log`` and ``checkpoints/``. Starting the same command again
+resumes exactly from the newest valid checkpoint (model, optimizer, schedule, RNG and the
+position in the data), so a stopped run continues as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from tqdm import tqdm
+
+from odet.data import (
+    DataError,
+    LengthFilter,
+    ParallelDataset,
+    TextPairs,
+    TokenBudgetBatcher,
+    Tokenizer,
+    TokenizerPair,
+    read_jsonl_pairs,
+    read_parallel_text,
+)
+from odet.evaluation import corpus_bleu
+from odet.generation.text import GenerationConfig, Translator
+from odet.models import Seq2Seq
+from odet.training.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    read_index,
+    save_checkpoint,
+)
+from odet.training.config import DataConfig, TrainConfig
+from odet.training.loss import label_smoothed_loss
+from odet.training.metrics import MetricsLog, plot_learning_curve
+from odet.training.schedule import inverse_sqrt_schedule
+
+logger = logging.getLogger("odet.train")
+
+
+class TrainingInterruptedError(RuntimeError):
+    """Training stopped on SIGINT/SIGTERM after saving a checkpoint."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished (or budget-stopped) run produced."""
+
+    output_dir: Path
+    steps: int
+    epochs: int
+    elapsed_seconds: float
+    best_metric: float | None
+    best_checkpoint: Path | None
+    last_checkpoint: Path
+    valid: dict[str, float]
+    test: dict[str, float]
+
+
+def read_split(data: DataConfig, files: tuple[str, ...]) -> TextPairs:
+    """Read one split (text pair or JSON Lines) and log what was skipped."""
+    if data.format == "text":
+        pairs = read_parallel_text(data.path(files[0]), data.path(files[1]))
+    else:
+        pairs = read_jsonl_pairs(data.path(files[0]), data.source_field, data.target_field)
+    report = pairs.report.as_dict()
+    skipped = {k: v for k, v in report.items() if k.startswith("skipped") and v}
+    logger.info("read %s: %d pairs%s", files[0], len(pairs), f", {skipped}" if skipped else "")
+    return pairs
+
+
+def train_tokenizers(data: DataConfig, pairs: TextPairs) -> TokenizerPair:
+    """SentencePiece on the training text: one joint model, or one per side."""
+    options: dict[str, Any] = dict(
+        vocab_size=data.vocab_size,
+        model_type=data.tokenizer_type,
+        user_defined_symbols=data.user_defined_symbols,
+        input_sentence_size=data.tokenizer_sentences,
+    )
+    if data.joint_vocab:
+        return TokenizerPair.joint(Tokenizer.train([*pairs.source, *pairs.target], **options))
+    return TokenizerPair(
+        Tokenizer.train(pairs.source, **options), Tokenizer.train(pairs.target, **options)
+    )
+
+
+def encode_split(
+    data: DataConfig,
+    pairs: TextPairs,
+    tokenizers: TokenizerPair,
+    *,
+    filter_lengths: bool,
+    progress: bool = False,
+) -> ParallelDataset:
+    """Token ids for a split; training data is length-filtered (the report is logged)."""
+    dataset = ParallelDataset.from_texts(pairs.source, pairs.target, tokenizers, progress=progress)
+    if data.truncate_source:
+        limit = data.truncate_source
+        dataset = ParallelDataset(
+            [dataset[i][0][:limit] for i in range(len(dataset))],
+            [dataset[i][1] for i in range(len(dataset))],
+        )
+    if filter_lengths:
+        length_filter = LengthFilter(
+            max_source_tokens=data.max_source_tokens,
+            max_target_tokens=data.max_target_tokens,
+            max_ratio=data.max_ratio or None,
+        )
+        dataset, report = dataset.filter(length_filter)
+        logger.info("length filter: %s", report.as_dict())
+        if len(dataset) == 0:
+            raise DataError("the length filter dropped every training pair; check data.max_*")
+    return dataset
+
+
+@contextlib.contextmanager
+def autocast(precision: str) -> Iterator[None]:
+    """bf16 autocast on CPU, with SDPA's math backend (its flash backward is slow on CPU)."""
+    if precision != "bf16":
+        yield
+        return
+    with torch.autocast("cpu", dtype=torch.bfloat16), sdpa_kernel([SDPBackend.MATH]):
+        yield
+
+
+class _StopSignals:
+    """Turns SIGINT/SIGTERM into a flag checked between updates (main thread only)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        with contextlib.suppress(ValueError):  # not in the main thread: no handlers
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:  # a second signal: give up at once
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    """One training run (see ``train``)."""
+
+    def __init__(self, config: TrainConfig, *, progress: bool | None = None):
+        self.config = config
+        self.out = Path(config.output_dir)
+        self.progress = config.train.progress if progress is None else progress
+        self._check_output_dir()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ckpt_root = self.out / "checkpoints"
+        self.metrics = MetricsLog(self.out / "metrics.jsonl")
+        self._log_handler = logging.FileHandler(self.out / "train.log", encoding="utf-8")
+        self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logging.getLogger("odet").addHandler(self._log_handler)
+        logging.getLogger("odet").setLevel(logging.INFO)
+
+    def _check_output_dir(self) -> None:
+        if not self.out.exists():
+            return
+        if not self.out.is_dir():
+            raise DataError(f"output_dir {self.out} exists and is not a directory")
+        is_run = (self.out / "config.yaml").is_file() or (self.out / "checkpoints").is_dir()
+        if any(self.out.iterdir()) and not is_run:
+            raise DataError(
+                f"output_dir {self.out} exists, is not empty and is not an odet run directory; "
+                "choose another output_dir (nothing was overwritten)"
+            )
+
+    def close(self) -> None:
+        logging.getLogger("odet").removeHandler(self._log_handler)
+        self._log_handler.close()
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self) -> None:
+        c = self.config
+        if c.train.threads:
+            torch.set_num_threads(c.train.threads)
+        torch.manual_seed(c.seed)
+        (self.out / "config.yaml").write_text(c.to_yaml(), encoding="utf-8")
+
+        train_pairs = read_split(c.data, c.data.train)
+        tok_dir = self.out / "tokenizer"
+        if (tok_dir / "tokenizer.model").is_file() or (tok_dir / "tokenizer.src.model").is_file():
+            self.tokenizers = TokenizerPair.load(tok_dir)
+            logger.info("loaded tokenizer from %s", tok_dir)
+        else:
+            started = time.perf_counter()
+            self.tokenizers = train_tokenizers(c.data, train_pairs)
+            self.tokenizers.save(tok_dir)
+            logger.info(
+                "trained tokenizer (%d pieces) in %.1fs",
+                self.tokenizers.source.vocab_size,
+                time.perf_counter() - started,
+            )
+        self.train_set = encode_split(
+            c.data, train_pairs, self.tokenizers, filter_lengths=True, progress=self.progress
+        )
+        self.valid_pairs: TextPairs | None = None
+        self.valid_set: ParallelDataset | None = None
+        if c.data.valid:
+            pairs = read_split(c.data, c.data.valid)
+            if c.data.valid_limit:
+                n = c.data.valid_limit
+                pairs = TextPairs(
+                    pairs.source[:n], pairs.target[:n], pairs.line_numbers[:n], pairs.report
+                )
+            self.valid_pairs = pairs
+            self.valid_set = encode_split(c.data, pairs, self.tokenizers, filter_lengths=False)
+        self.batcher = TokenBudgetBatcher(
+            self.train_set.source_sizes,
+            self.train_set.target_sizes,
+            c.train.max_tokens,
+            max_sentences=c.train.max_sentences or None,
+            seed=c.seed,
+        )
+        tgt_vocab = None if self.tokenizers.is_joint else self.tokenizers.target.vocab_size
+        self.model = Seq2Seq(c.model_config(self.tokenizers.source.vocab_size, tgt_vocab))
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(),
+            lr=c.optim.lr,
+            betas=c.optim.betas,
+            eps=c.optim.eps,
+            weight_decay=c.optim.weight_decay,
+        )
+        self.scheduler = inverse_sqrt_schedule(
+            self.optimizer, c.optim.warmup_updates, c.optim.warmup_init_lr
+        )
+        self.state = TrainerState()
+        logger.info(
+            "model: %s encoder, %s decoder, %d parameters; %d training pairs in %d "
+            "batches per epoch",
+            self.model.config.encoder_method,
+            self.model.config.decoder_method,
+            self.model.num_parameters(),
+            len(self.train_set),
+            len(self.batcher),
+        )
+        self._resume()
+
+    def _resume(self) -> None:
+        checkpoint = latest_checkpoint(self.ckpt_root)
+        if checkpoint is None:
+            self.metrics.truncate_after(0)
+            return
+        loaded = Seq2Seq.from_pretrained(checkpoint.path)
+        self.model.load_state_dict(loaded.state_dict())
+        self.optimizer.load_state_dict(checkpoint.optimizer)
+        self.scheduler.load_state_dict(checkpoint.scheduler)
+        torch.set_rng_state(checkpoint.rng)
+        self.state = checkpoint.state
+        self.batcher.load_state_dict(self.state.batcher)
+        self.metrics.truncate_after(self.state.step)
+        logger.info(
+            "resumed from %s (update %d, epoch %d)",
+            checkpoint.path.name,
+            self.state.step,
+            self.state.epoch,
+        )
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> TrainResult:
+        c = self.config.train
+        started = time.perf_counter() - self.state.elapsed_seconds
+        stop_reason = "finished" if self.state.finished else ""
+        with _StopSignals() as signals:
+            while not stop_reason and self.batcher.epoch < c.max_epochs:
+                stop_reason = self._train_epoch(started, signals)
+                epoch_completed = self.batcher.state_dict()["position"] == 0
+                if epoch_completed and stop_reason in ("", "max_updates", "max_minutes"):
+                    stop_reason = self._end_of_epoch(started) or stop_reason
+            if signals.received is not None:
+                self._save(started, is_best=False)
+                raise TrainingInterruptedError(
+                    f"stopped by signal {signals.received} at update {self.state.step}; "
+                    f"checkpoint saved in {self.ckpt_root}; run the same command to resume"
+                )
+        self.state.finished = True
+        last = self._save(started, is_best=False)
+        logger.info(
+            "training stopped (%s) after %d updates, %.0fs",
+            stop_reason or "max_epochs",
+            self.state.step,
+            self.state.elapsed_seconds,
+        )
+        return self._finish(last)
+
+    def _train_epoch(self, started: float, signals: _StopSignals) -> str:
+        c = self.config
+        model, pad = self.model, self.model.config.pad_id
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        accum = tokens = 0
+        loss_sum = nll_sum = 0.0
+        window_tokens, window_start = 0, time.perf_counter()
+        epoch = self.batcher.epoch
+        total = len(self.batcher) // c.train.update_freq
+        done = self.batcher.state_dict()["position"] // c.train.update_freq
+        bar = tqdm(
+            total=total,
+            initial=done,
+            desc=f"epoch {epoch + 1}",
+            unit="upd",
+            disable=not self.progress,
+            dynamic_ncols=True,
+            leave=False,
+        )
+        try:
+            for indices in self.batcher:
+                batch = self.train_set.batch(indices)
+                with autocast(c.train.precision):
+                    logits = model(batch.src, batch.tgt_in)
+                    loss, nll, ntok = label_smoothed_loss(
+                        logits, batch.tgt_out, smoothing=c.optim.label_smoothing, pad_id=pad
+                    )
+                loss.backward()
+                accum += 1
+                tokens += ntok
+                loss_sum += loss.item()
+                nll_sum += nll.item()
+                last_of_epoch = self.batcher.state_dict()["position"] >= len(self.batcher)
+                if accum < c.train.update_freq and not last_of_epoch:
+                    continue
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.div_(max(tokens, 1))
+                if c.optim.clip_norm:
+                    torch.nn.utils.clip_grad_norm_(params, c.optim.clip_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.state.step += 1
+                self.state.target_tokens += tokens
+                window_tokens += tokens
+                self.state.elapsed_seconds = time.perf_counter() - started
+                loss_value, nll_value = loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)
+                bar.update(1)
+                if self.state.step % c.train.log_every == 0 or self.state.step == 1:
+                    elapsed = time.perf_counter() - window_start
+                    speed = window_tokens / max(elapsed, 1e-9)
+                    lr = self.scheduler.get_last_lr()[0]
+                    bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:.0f}")
+                    self.metrics.write(
+                        "train",
+                        step=self.state.step,
+                        epoch=epoch + 1,
+                        loss=loss_value,
+                        nll=nll_value,
+                        lr=lr,
+                        target_tokens_per_s=speed,
+                        elapsed=self.state.elapsed_seconds,
+                    )
+                    window_tokens, window_start = 0, time.perf_counter()
+                if not math.isfinite(loss_value):
+                    raise FloatingPointError(
+                        f"non-finite loss {loss_value} at update {self.state.step}; lower "
+                        "optim.lr or enable optim.clip_norm"
+                    )
+                accum = tokens = 0
+                loss_sum = nll_sum = 0.0
+                if c.train.save_every_updates and self.state.step % c.train.save_every_updates == 0:
+                    self._save(started, is_best=False)
+                if signals.received is not None:
+                    return "signal"
+                if c.train.max_updates and self.state.step >= c.train.max_updates:
+                    return "max_updates"
+                if c.train.max_minutes and self.state.elapsed_seconds >= 60 * c.train.max_minutes:
+                    return "max_minutes"
+        finally:
+            bar.close()
+        return ""
+
+    def _end_of_epoch(self, started: float) -> str:
+        self.state.epoch = self.batcher.epoch
+        metrics = self.validate()
+        is_best = False
+        if metrics:
+            key = self.config.train.best_metric
+            value = metrics[key]
+            better = (
+                self.state.best_metric is None
+                or (key == "bleu" and value > self.state.best_metric)
+                or (key == "loss" and value < self.state.best_metric)
+            )
+            if better:
+                self.state.best_metric, self.state.best_step = value, self.state.step
+                self.state.bad_epochs = 0
+                is_best = True
+            else:
+                self.state.bad_epochs += 1
+            self.metrics.write("valid", step=self.state.step, epoch=self.state.epoch, **metrics)
+            logger.info(
+                "epoch %d: %s",
+                self.state.epoch,
+                ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()),
+            )
+            if self.progress:
+                tqdm.write(
+                    f"epoch {self.state.epoch} | update {self.state.step} | "
+                    + " | ".join(f"valid {k} {v:.2f}" for k, v in metrics.items())
+                )
+            plot_learning_curve(
+                self.metrics.read(), self.out / "learning_curve.png", title=self.out.name
+            )
+        self._save(started, is_best=is_best)
+        patience = self.config.train.patience
+        if patience and self.state.bad_epochs >= patience:
+            return "early_stopping"
+        return ""
+
+    def _save(self, started: float, *, is_best: bool) -> Path:
+        self.state.elapsed_seconds = time.perf_counter() - started
+        self.state.batcher = dict(self.batcher.state_dict())
+        return save_checkpoint(
+            self.ckpt_root,
+            model=self.model,
+            tokenizers=self.tokenizers,
+            config_yaml=self.config.to_yaml(),
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            state=self.state,
+            keep_last=self.config.train.keep_last,
+            is_best=is_best,
+        )
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def validation_loss(self, dataset: ParallelDataset) -> float:
+        """Mean NLL per target token (no label smoothing)."""
+        self.model.eval()
+        batcher = TokenBudgetBatcher(
+            dataset.source_sizes,
+            dataset.target_sizes,
+            max(
+                self.config.train.max_tokens,
+                int(max(dataset.source_sizes.max(), dataset.target_sizes.max())),
+            ),
+            shuffle=False,
+        )
+        nll_sum, tokens = 0.0, 0
+        for indices in batcher:
+            batch = dataset.batch(indices)
+            with autocast(self.config.train.precision):
+                logits = self.model(batch.src, batch.tgt_in)
+            _, nll, ntok = label_smoothed_loss(
+                logits, batch.tgt_out, smoothing=0.0, pad_id=self.model.config.pad_id
+            )
+            nll_sum += nll.item()
+            tokens += ntok
+        return nll_sum / max(tokens, 1)
+
+    def validate(self) -> dict[str, float]:
+        if self.valid_set is None or self.valid_pairs is None:
+            return {}
+        loss = self.validation_loss(self.valid_set)
+        metrics = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+        if self.config.train.validate_bleu:
+            search = replace(self.config.generation, beam_size=self.config.train.valid_beam_size)
+            hyps = self.translate(self.valid_pairs.source, search)
+            metrics["bleu"] = corpus_bleu(hyps, list(self.valid_pairs.target)).score
+        self.model.train()
+        return metrics
+
+    def translate(self, sentences: list[str], search: GenerationConfig | None = None) -> list[str]:
+        translator = Translator(self.model, self.tokenizers, search or self.config.generation)
+        with autocast(self.config.train.precision):
+            return translator.translate(sentences, progress=self.progress)
+
+    def _finish(self, last: Path) -> TrainResult:
+        index = read_index(self.ckpt_root)
+        best = self.ckpt_root / index["best"] if index.get("best") else None
+        valid = {r: v for r, v in (self.validate() or {}).items()} if best is None else {}
+        test: dict[str, float] = {}
+        if self.config.data.test:
+            if best is not None:
+                self.model.load_state_dict(Seq2Seq.from_pretrained(best).state_dict())
+            pairs = read_split(self.config.data, self.config.data.test)
+            hyps = self.translate(pairs.source)
+            (self.out / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            test = {"bleu": corpus_bleu(hyps, list(pairs.target)).score}
+            self.metrics.write("test", step=self.state.step, **test)
+            logger.info("test: %s", test)
+        result = TrainResult(
+            output_dir=self.out,
+            steps=self.state.step,
+            epochs=self.state.epoch,
+            elapsed_seconds=self.state.elapsed_seconds,
+            best_metric=self.state.best_metric,
+            best_checkpoint=best,
+            last_checkpoint=last,
+            valid=valid,
+            test=test,
+        )
+        summary = {
+            "steps": result.steps,
+            "epochs": result.epochs,
+            "elapsed_seconds": round(result.elapsed_seconds, 1),
+            "best_metric": result.best_metric,
+            "best_checkpoint": str(best) if best else None,
+            "last_checkpoint": str(last),
+            "parameters": self.model.num_parameters(),
+            "test": test,
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return result
+
+
+def train(config: TrainConfig, *, progress: bool | None = None) -> TrainResult:
+    """Train (or resume) the run described by ``config``; returns its result."""
+    trainer = Trainer(config, progress=progress)
+    try:
+        trainer.setup()
+        return trainer.run()
+    finally:
+        trainer.close()
