@@ -1,0 +1,1 @@
+"""Experiment runners: small, seeded studies that train several variants and write a report."""

@@ -1,0 +1,98 @@
+import csv
+from pathlib import Path
+
+import pytest
+
+from odet.config import ConfigError, load_yaml
+from odet.experiments.parity import ParityExperimentConfig, main, run_parity
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "parity").glob("*.yaml"))
+
+TINY = {
+    "seed": 0,
+    "task": {
+        "train_size": 64, "val_size": 16, "test_per_length": 4, "min_length": 1,
+        "max_length": 3, "test_max_length": 5,
+    },
+    "training": {"steps": 3, "batch_size": 16},
+    "model": {"d_model": 8, "num_heads": 2, "ffn_dim": 16, "activation": "gelu"},
+    "variants": [
+        {"name": "euler-2", "model": {"encoder_method": "euler", "encoder_layers": 2}},
+        {
+            "name": "node",
+            "arclength_weight": 0.1,
+            "model": {"encoder_method": "continuous", "layer_norm": False, "rtol": 0.01,
+                      "atol": 0.01, "time_conditioning": "concat"},
+        },
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_shipped_config_loads_and_builds_its_models(path):
+    config = ParityExperimentConfig.from_dict(load_yaml(path))
+    for variant in config.variants:
+        config.classifier_config(variant)
+    assert {"quick.yaml", "paper.yaml"} <= {p.name for p in CONFIGS}
+
+
+def test_tiny_run_writes_tables_and_plots_with_consistent_numbers(tmp_path):
+    results = run_parity(ParityExperimentConfig.from_dict(TINY), tmp_path, progress=False)
+    discrete, node = results.variants
+    assert discrete.nfe_trained == discrete.nfe_longer == 2.0  # two Euler layers
+    assert node.nfe_trained >= 6 and node.arclength_trained > 0
+    assert discrete.arclength_trained is None
+    assert [p.length for p in node.per_length] == [1, 2, 3, 4, 5]
+    for name in (
+        "results.md", "results.csv", "per_length.csv", "config.yaml",
+        "accuracy_nfe_vs_length.png", "arclength_nfe_vs_lambda.png",
+    ):  # fmt: skip
+        assert (tmp_path / name).stat().st_size > 0, name
+    with (tmp_path / "per_length.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 10
+    longer = [float(r["accuracy"]) for r in rows if r["variant"] == "node" and int(r["length"]) > 3]
+    assert node.accuracy_longer == pytest.approx(sum(longer) / 2)
+    assert ParityExperimentConfig.from_dict(load_yaml(tmp_path / "config.yaml")) == results.config
+
+
+def test_same_seed_reproduces_the_same_accuracies(tmp_path):
+    config = ParityExperimentConfig.from_dict({**TINY, "variants": TINY["variants"][:1]})
+    first = run_parity(config, tmp_path / "a", progress=False).variants[0]
+    second = run_parity(config, tmp_path / "b", progress=False).variants[0]
+    assert first.per_length == second.per_length and first.final_loss == second.final_loss
+
+
+def test_main_runs_a_yaml_config(tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "variants": TINY["variants"][:1]}))
+    assert main([str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert "| euler-2 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"variants": []}, r"at least one variant"),
+        (
+            {"variants": [TINY["variants"][0]] * 2},
+            r"variant names must be unique; repeated: \['euler-2'\]",
+        ),
+        (
+            {"variants": [{**TINY["variants"][0], "arclength_weight": 0.1}]},
+            r"variant 'euler-2': arclength_weight > 0 needs encoder_method='continuous'",
+        ),
+        (
+            {"variants": [{"name": "x", "model": {"encoder_method": "rk5"}}]},
+            r"encoder_method = 'rk5' is not a known method",
+        ),
+        ({"trainig": {}}, r"unknown config key 'trainig' \(did you mean 'training'\?\)"),
+        ({"model": {"vocab_size": 5}}, r"model.vocab_size is fixed by the parity task"),
+        ({"training": {"steps": 0}}, r"TrainingConfig.steps must be >= 1"),
+    ],
+)
+def test_bad_experiment_configs_are_rejected(change, message):
+    with pytest.raises(ConfigError, match=message):
+        ParityExperimentConfig.from_dict({**TINY, **change})
