@@ -57,8 +57,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
         raise ValueError(f"--output {args.output} is the input file; refusing to overwrite it")
-    lines, invalid = _read_input(args.input)
     translator = Translator.from_checkpoint(args.model, args.checkpoint, config)
+    lines, invalid = _read_input(args.input)
     outputs = translator.translate(lines, progress=not args.no_progress and args.output is not None)
     text = "".join(o + "\n" for o in outputs)
     if args.output:

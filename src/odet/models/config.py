@@ -35,6 +35,7 @@ class Seq2SeqConfig:
     coefficients: CoefficientName = "fixed"
     decoder_coefficients: CoefficientName | None = None
     share_gate: bool = False
+    implicit_iterations: int = 2
     field_convention: Literal["textbook", "layer"] = "textbook"
     stage_norm: bool = False
     dropout: float = 0.1
@@ -110,6 +111,7 @@ class Seq2SeqConfig:
                 f"Seq2SeqConfig.{key} = {value} is outside the vocabulary",
             )
         check(self.norm_eps > 0, "Seq2SeqConfig.norm_eps must be > 0")
+        check(self.implicit_iterations >= 0, "Seq2SeqConfig.implicit_iterations must be >= 0")
 
     @property
     def target_vocab_size(self) -> int:

@@ -91,6 +91,7 @@ class Seq2Seq(nn.Module):
             coefficients=c.coefficients,
             d_model=c.d_model,
             share_gate=c.share_gate,
+            iterations=c.implicit_iterations,
             norm_eps=c.norm_eps,
         )
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
@@ -101,6 +102,7 @@ class Seq2Seq(nn.Module):
             coefficients=c.decoder_scheme,
             d_model=c.d_model,
             share_gate=c.share_gate,
+            iterations=c.implicit_iterations,
             norm_eps=c.norm_eps,
         )
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)

@@ -59,7 +59,6 @@ class TrainerState:
     bad_epochs: int = 0
     elapsed_seconds: float = 0.0
     target_tokens: int = 0
-    finished: bool = False
 
 
 @dataclass

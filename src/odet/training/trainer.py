@@ -282,7 +282,7 @@ class Trainer:
     def run(self) -> TrainResult:
         c = self.config.train
         started = time.perf_counter() - self.state.elapsed_seconds
-        stop_reason = "finished" if self.state.finished else ""
+        stop_reason = self._budget_spent()
         with _StopSignals() as signals:
             while not stop_reason and self.batcher.epoch < c.max_epochs:
                 stop_reason = self._train_epoch(started, signals)
@@ -295,7 +295,6 @@ class Trainer:
                     f"stopped by signal {signals.received} at update {self.state.step}; "
                     f"checkpoint saved in {self.ckpt_root}; run the same command to resume"
                 )
-        self.state.finished = True
         last = self._save(started, is_best=False)
         logger.info(
             "training stopped (%s) after %d updates, %.0fs",
@@ -304,6 +303,17 @@ class Trainer:
             self.state.elapsed_seconds,
         )
         return self._finish(last)
+
+    def _budget_spent(self) -> str:
+        """Why a (resumed) run has nothing left to do, or ``""``."""
+        c = self.config.train
+        if c.max_updates and self.state.step >= c.max_updates:
+            return "max_updates"
+        if c.max_minutes and self.state.elapsed_seconds >= 60 * c.max_minutes:
+            return "max_minutes"
+        if c.patience and self.state.bad_epochs >= c.patience:
+            return "early_stopping"
+        return ""
 
     def _train_epoch(self, started: float, signals: _StopSignals) -> str:
         c = self.config

@@ -1,0 +1,175 @@
+"""The command line: user errors end in one clear line and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from odet.cli import main
+from odet.training import TrainConfig, resolve_model_dir, train
+from tests.training.conftest import copy_data, tiny_config, write_config  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def trained(copy_data, tmp_path_factory) -> Path:  # noqa: F811
+    run = tmp_path_factory.mktemp("cli") / "run"
+    train(TrainConfig.from_dict(tiny_config(copy_data, run)))
+    return run
+
+
+def _config_file(tmp_path: Path, copy_data: Path, **sections) -> str:  # noqa: F811
+    return str(
+        write_config(tmp_path / "c.yaml", tiny_config(copy_data, tmp_path / "run", **sections))
+    )
+
+
+def _bad_inputs(tmp: Path, data: Path, run: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (argv, expected message fragment); files are created as needed."""
+    (tmp / "bad.yaml").write_text("data: {train: [a, b]\n")
+    (tmp / "latin1.yaml").write_bytes("output_dir: caf\xe9\n".encode("latin-1"))
+    (tmp / "short.tgt").write_text("one\ntwo\n")
+    (tmp / "full").mkdir()
+    (tmp / "full" / "precious.txt").write_text("keep me")
+    (tmp / "hyp.txt").write_text("a\nb\nc\n")
+    (tmp / "ref.txt").write_text("a\nb\n")
+    (tmp / "not-a-model").mkdir()
+    broken = tmp / "broken-model"
+    shutil.copytree(resolve_model_dir(run, "last"), broken)
+    (broken / "config.json").write_text("{not json")
+
+    def cfg(name: str, output_dir: str | None = None, **sections) -> str:
+        config = tiny_config(data, Path(output_dir or tmp / "run"), **sections)
+        return str(write_config(tmp / f"{name}.yaml", config))
+
+    return {
+        "missing config": (["train", str(tmp / "nope.yaml")], "config file not found"),
+        "malformed yaml": (["train", str(tmp / "bad.yaml")], "malformed YAML at line"),
+        "config not utf-8": (["train", str(tmp / "latin1.yaml")], "not valid UTF-8"),
+        "unknown key": (["train", cfg("k", model={"d_modle": 64})], "did you mean 'd_model'"),
+        "wrong type": (["train", cfg("t", train={"max_tokens": "many"})], "expected int"),
+        "bad value": (["train", cfg("v", model={"d_model": 30})], "divisible by num_heads"),
+        "bad override": (["train", cfg("o"), "--set", "seed"], "--set expects key=value"),
+        "unknown override": (["train", cfg("u"), "--set", "optim.lrr=1"], "did you mean 'lr'"),
+        "missing data": (["train", cfg("m", data={"data_dir": str(tmp / "nowhere")})], "nowhere"),
+        "misaligned data": (
+            ["train", cfg("a", data={"train": ["train.src", str(tmp / "short.tgt")]})],
+            "short.tgt",
+        ),
+        "foreign output dir": (
+            ["train", cfg("f", output_dir=str(tmp / "full"))],
+            "not an odet run directory",
+        ),
+        "generate missing model": (["generate", str(tmp / "none")], "no such checkpoint"),
+        "generate not a model": (["generate", str(tmp / "not-a-model")], "not a model checkpoint"),
+        "generate corrupt model": (["generate", str(broken)], "is corrupt"),
+        "generate overwrite input": (
+            ["generate", str(run), "-i", str(tmp / "hyp.txt"), "-o", str(tmp / "hyp.txt")],
+            "refusing to overwrite",
+        ),
+        "evaluate misaligned": (
+            ["evaluate", "--hyp", str(tmp / "hyp.txt"), "--ref", str(tmp / "ref.txt")],
+            "line counts differ",
+        ),
+        "evaluate missing hyp": (
+            ["evaluate", "--hyp", str(tmp / "no.txt"), "--ref", str(tmp / "ref.txt")],
+            "file not found",
+        ),
+        "gleu without source": (
+            [
+                "evaluate",
+                "--metric",
+                "gleu",
+                "--hyp",
+                str(tmp / "ref.txt"),
+                "--ref",
+                str(tmp / "ref.txt"),
+            ],
+            "needs --src",
+        ),
+        "average too few": (
+            ["average", str(run), "--last", "9", "--out", str(tmp / "avg")],
+            "fewer than --last 9",
+        ),
+        "average not a run": (
+            ["average", str(tmp / "not-a-model"), "--out", str(tmp / "avg")],
+            "is not a training run",
+        ),
+        "data missing local copy": (
+            [
+                "data",
+                "jfleg",
+                "--out",
+                str(tmp / "d"),
+                "--data-dir",
+                str(tmp / "nowhere"),
+                "--no-progress",
+            ],
+            "nowhere",
+        ),
+    }
+
+
+CASES = [
+    "missing config",
+    "malformed yaml",
+    "config not utf-8",
+    "unknown key",
+    "wrong type",
+    "bad value",
+    "bad override",
+    "unknown override",
+    "missing data",
+    "misaligned data",
+    "foreign output dir",
+    "generate missing model",
+    "generate not a model",
+    "generate corrupt model",
+    "generate overwrite input",
+    "evaluate misaligned",
+    "evaluate missing hyp",
+    "gleu without source",
+    "average too few",
+    "average not a run",
+    "data missing local copy",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_user_errors_give_one_line_and_exit_status_2(case, tmp_path, copy_data, trained, capsys):  # noqa: F811
+    argv, fragment = _bad_inputs(tmp_path, copy_data, trained)[case]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    messages = [line for line in err if line.startswith("odet: error:")]
+    assert len(messages) == 1, err
+    assert fragment in messages[0]
+    assert not any("Traceback" in line for line in err)
+    if case == "foreign output dir":
+        assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
+
+
+def test_generate_reads_stdin_and_keeps_empty_lines(trained, tmp_path, monkeypatch, capsys):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ka lo\n\nmi ne\n")))
+    assert main(["generate", str(trained), "--beam", "2", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3 and captured.out.splitlines()[1] == ""
+    assert "1 empty line(s)" in captured.err
+
+
+def test_evaluate_prints_bleu_with_its_signature(tmp_path, capsys):
+    (tmp_path / "h").write_text("the cat sat on the mat\n")
+    (tmp_path / "r").write_text("the cat sat on the mat\n")
+    assert main(["evaluate", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r")]) == 0
+    assert "BLEU = 100.00" in capsys.readouterr().out
+
+
+def test_train_config_written_to_run_matches_the_overrides(copy_data, tmp_path):  # noqa: F811
+    path = _config_file(tmp_path, copy_data)
+    assert main(["train", path, "--set", "seed=11", "--no-progress"]) == 0
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["seed"] == 11

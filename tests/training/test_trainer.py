@@ -1,0 +1,138 @@
+import json
+import math
+
+import pytest
+import torch
+
+from odet.cli import main
+from odet.models import Seq2Seq
+from odet.training import TrainConfig, train
+from odet.training.average import average_checkpoints
+from odet.training.checkpoint import latest_checkpoint
+from tests.training.conftest import tiny_config, write_config
+
+
+def _losses(run_dir):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if r["event"] == "train"}
+
+
+def _weights(run_dir):
+    model = Seq2Seq.from_pretrained(latest_checkpoint(run_dir / "checkpoints").path)
+    return model.state_dict()
+
+
+def test_resumed_run_reaches_the_same_losses_and_weights_as_an_uninterrupted_run(
+    copy_data, tmp_path
+):
+    budget = {"max_updates": 14, "max_epochs": 3, "max_tokens": 400}
+    straight = tiny_config(copy_data, tmp_path / "straight", train=budget)
+    train(TrainConfig.from_dict(straight))
+
+    # Stop after 9 updates (mid-epoch), then run the same command with the full budget.
+    stopped = tiny_config(copy_data, tmp_path / "resumed", train={**budget, "max_updates": 9})
+    train(TrainConfig.from_dict(stopped))
+    assert max(_losses(tmp_path / "resumed")) == 9
+    train(TrainConfig.from_dict(tiny_config(copy_data, tmp_path / "resumed", train=budget)))
+
+    expected, actual = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
+    assert sorted(actual) == sorted(expected) == list(range(1, 15))
+    for step in expected:
+        assert actual[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
+    for name, tensor in _weights(tmp_path / "straight").items():
+        torch.testing.assert_close(
+            _weights(tmp_path / "resumed")[name], tensor, rtol=1e-6, atol=1e-7
+        )
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(copy_data, tmp_path, caplog):
+    config = tiny_config(
+        copy_data,
+        tmp_path / "run",
+        train={"max_epochs": 2, "save_every_updates": 5, "keep_last": 5},
+    )
+    train(TrainConfig.from_dict(config))
+    root = tmp_path / "run" / "checkpoints"
+    newest = latest_checkpoint(root)
+    weights = newest.path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    fallback = latest_checkpoint(root)
+    assert fallback is not None and fallback.state.step < newest.state.step
+    assert "SHA-256 mismatch" in caplog.text
+    (fallback.path / "optimizer.pt").write_bytes(b"truncated")
+    assert latest_checkpoint(root).state.step < fallback.state.step
+
+
+def test_average_of_checkpoints_is_the_mean_of_their_weights(copy_data, tmp_path):
+    config = tiny_config(
+        copy_data,
+        tmp_path / "run",
+        train={"max_epochs": 1, "save_every_updates": 4, "keep_last": 3},
+    )
+    train(TrainConfig.from_dict(config))
+    root = tmp_path / "run" / "checkpoints"
+    names = [e["name"] for e in json.loads((root / "index.json").read_text())["checkpoints"]]
+    models = [Seq2Seq.from_pretrained(root / n) for n in names[-2:]]
+    out = average_checkpoints(tmp_path / "run", 2, tmp_path / "avg")
+    averaged = Seq2Seq.from_pretrained(out).state_dict()
+    for key, value in averaged.items():
+        mean = (models[0].state_dict()[key] + models[1].state_dict()[key]) / 2
+        torch.testing.assert_close(value, mean)
+    assert (out / "tokenizer.model").is_file()
+
+
+def test_learning_curve_metrics_and_summary_are_written(copy_data, tmp_path):
+    config = tiny_config(
+        copy_data,
+        tmp_path / "run",
+        train={"max_epochs": 1, "validate_bleu": True, "best_metric": "bleu"},
+    )
+    result = train(TrainConfig.from_dict(config))
+    run = tmp_path / "run"
+    assert (run / "learning_curve.png").stat().st_size > 1000
+    valid = [
+        json.loads(x)
+        for x in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(x)["event"] == "valid"
+    ]
+    assert len(valid) == 1 and math.isfinite(valid[0]["loss"]) and 0 <= valid[0]["bleu"] <= 100
+    assert result.best_checkpoint is not None and (result.best_checkpoint / "config.json").is_file()
+    assert json.loads((run / "summary.json").read_text())["steps"] == result.steps
+    assert (run / "config.yaml").is_file() and (run / "train.log").is_file()
+
+
+def test_copy_task_reaches_95_percent_exact_match_through_the_cli(copy_data, tmp_path):
+    """``odet train`` then ``odet generate``, the commands users run, on a synthetic copy task."""
+    config = tiny_config(
+        copy_data,
+        tmp_path / "run",
+        model={
+            "d_model": 64,
+            "ffn_dim": 128,
+            "dropout": 0.0,
+            "encoder_method": "rk2",
+            "coefficients": "gated",
+        },
+        optim={"lr": 0.003, "label_smoothing": 0.0},
+        train={"max_epochs": 22, "log_every": 50},
+    )
+    assert main(["train", str(write_config(tmp_path / "copy.yaml", config)), "--no-progress"]) == 0
+    out = tmp_path / "test.hyp"
+    args = [
+        "generate",
+        str(tmp_path / "run"),
+        "-i",
+        str(copy_data / "test.src"),
+        "-o",
+        str(out),
+        "--beam",
+        "2",
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    hyps = out.read_text().splitlines()
+    refs = (copy_data / "test.tgt").read_text().splitlines()
+    exact = sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(refs)
+    assert exact >= 0.95
