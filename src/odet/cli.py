@@ -83,7 +83,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _read_input(path: str | None) -> tuple[list[str], int]:
-    raw = sys.stdin.buffer.read() if path in (None, "-") else Path(path).read_bytes()
+    from odet.data.text import open_binary
+
+    if path in (None, "-"):
+        raw = sys.stdin.buffer.read()
+    else:
+        with open_binary(path) as handle:
+            raw = handle.read()
     lines, invalid = [], 0
     for line in raw.splitlines():
         try:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from odet.data.m2 import read_m2
-from odet.data.text import DataError, read_lines
+from odet.data.text import DataError, open_binary, read_lines
 from odet.evaluation.gec import corpus_gleu, m2_score
 from odet.evaluation.rouge import corpus_rouge
 from odet.evaluation.translation import (
@@ -20,12 +20,14 @@ METRICS = ("bleu", "chrf", "rouge", "gleu", "m2")
 
 
 def _read_all_lines(path: str | Path) -> list[str]:
-    """Every line of a file, empty ones included (hypotheses must stay aligned)."""
+    """Every line of a (plain or gzip) file, empty ones included: hypotheses stay aligned."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"file not found: {path}")
+    with open_binary(path) as handle:
+        raw = handle.read()
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as err:
         raise DataError(f"{path} is not valid UTF-8 (byte {err.start})") from None
 
