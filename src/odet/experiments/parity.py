@@ -190,9 +190,12 @@ class VariantResult:
 
 @dataclass(frozen=True)
 class ParityResults:
+    """All variants' results; ``config_path`` is the YAML file the run read, if any."""
+
     config: ParityExperimentConfig
     variants: tuple[VariantResult, ...]
     out_dir: Path
+    config_path: Path | None = None
 
 
 # ---------------------------------------------------------------------------------- training
@@ -206,15 +209,17 @@ def run_parity(
 ) -> ParityResults:
     """Train and evaluate every variant of ``config`` (a YAML path or a config), write the
     report to ``out_dir`` (created), and return the results."""
+    config_path = None
     if not isinstance(config, ParityExperimentConfig):
-        config = ParityExperimentConfig.from_dict(load_yaml(config))
+        config_path = Path(config)
+        config = ParityExperimentConfig.from_dict(load_yaml(config_path))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     splits = make_parity_splits(config.task)
     results = tuple(
         _run_variant(config, variant, splits, progress=progress) for variant in config.variants
     )
-    report = ParityResults(config, results, out)
+    report = ParityResults(config, results, out, config_path)
     write_report(report)
     return report
 
@@ -233,7 +238,9 @@ def _run_variant(
     optimizer = torch.optim.Adam(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
     order = torch.Generator().manual_seed(config.seed)
     batches = _endless(splits.train, train.batch_size, order)
-    bar = tqdm(range(train.steps), desc=variant.name, disable=not progress, leave=False)
+    bar = tqdm(
+        range(train.steps), desc=variant.name, disable=not progress, leave=False, mininterval=1.0
+    )
     loss_value = math.nan
     start = time.perf_counter()
     model.train()
@@ -252,10 +259,17 @@ def _run_variant(
             postfix["nfe"] = f"{output.stats.nfe.float().mean():.1f}"
         bar.set_postfix(postfix)
     train_seconds = time.perf_counter() - start
-    return _evaluate(
+    result = _evaluate(
         model, model_config, variant, splits, config, train_seconds=train_seconds,
         final_loss=loss_value,
     )  # fmt: skip
+    if progress:
+        tqdm.write(
+            f"{variant.name}: val acc {result.val_accuracy:.3f}, "
+            f"longer {result.accuracy_longer:.3f}, NFE {result.nfe_trained:.1f}, "
+            f"{train_seconds:.0f} s"
+        )
+    return result
 
 
 def _endless(data: ParityData, batch_size: int, generator: torch.Generator):
@@ -402,6 +416,11 @@ def write_report(results: ParityResults) -> None:
         f"{task.test_per_length} sequences of every length {task.min_length}–"
         f"{task.test_max_length} ('longer' = lengths > {task.max_length}). Seed {config.seed}.",
         "NFE is the mean number of layer evaluations per sequence (fixed for discrete stacks).",
+        *(
+            [f"Reproduce: `python -m odet.experiments.parity {results.config_path} --out {out}`"]
+            if results.config_path is not None
+            else []
+        ),
         "",
         header,
         rule,
