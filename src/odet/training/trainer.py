@@ -220,10 +220,20 @@ class Trainer:
         self.valid_set: ParallelDataset | None = None
         if c.data.valid:
             pairs = read_split(c.data, c.data.valid)
-            if c.data.valid_limit:
+            if c.data.valid_limit and len(pairs) > c.data.valid_limit:
                 n = c.data.valid_limit
+                report = replace(
+                    pairs.report,
+                    lines=n,
+                    kept=n,
+                    empty=0,
+                    invalid_utf8=0,
+                    malformed_json=0,
+                    missing_field=0,
+                    not_a_string=0,
+                )
                 pairs = TextPairs(
-                    pairs.source[:n], pairs.target[:n], pairs.line_numbers[:n], pairs.report
+                    pairs.source[:n], pairs.target[:n], pairs.line_numbers[:n], report
                 )
             self.valid_pairs = pairs
             self.valid_set = encode_split(c.data, pairs, self.tokenizers, filter_lengths=False)
