@@ -87,7 +87,7 @@ def test_learning_curve_metrics_and_summary_are_written(copy_data, tmp_path):
     config = tiny_config(
         copy_data,
         tmp_path / "run",
-        train={"max_epochs": 1, "validate_bleu": True, "best_metric": "bleu"},
+        train={"max_epochs": 1, "valid_metric": "bleu", "best_metric": "metric"},
     )
     result = train(TrainConfig.from_dict(config))
     run = tmp_path / "run"

@@ -19,7 +19,7 @@ from odet.evaluation.translation import (
 METRICS = ("bleu", "chrf", "rouge", "gleu", "m2")
 
 
-def _read_all_lines(path: str | Path) -> list[str]:
+def read_all_lines(path: str | Path) -> list[str]:
     """Every line of a (plain or gzip) file, empty ones included: hypotheses stay aligned."""
     path = Path(path)
     if not path.is_file():
@@ -52,7 +52,7 @@ def evaluate_files(
     """Score a hypothesis file against reference file(s); returns numbers and a text summary."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
-    hyps = _read_all_lines(hyp)
+    hyps = read_all_lines(hyp)
     if metric == "m2":
         if len(refs) != 1:
             raise DataError("--metric m2 takes exactly one reference: the gold M2 file")
@@ -66,7 +66,7 @@ def evaluate_files(
             "f0.5": m2.f_score,
             "text": f"M2 P {m2.precision:.2f} R {m2.recall:.2f} F{m2.beta:g} {m2.f_score:.2f}",
         }
-    ref_lines = {path: _read_all_lines(path) for path in refs}
+    ref_lines = {path: read_all_lines(path) for path in refs}
     _aligned(hyp, hyps, ref_lines)
     references = [list(group) for group in zip(*ref_lines.values())]
     if metric == "bleu":
@@ -103,7 +103,7 @@ def evaluate_files(
         }
     if source is None:
         raise DataError("--metric gleu needs --src (the uncorrected source sentences)")
-    sources = _read_all_lines(source)
+    sources = read_all_lines(source)
     _aligned(hyp, hyps, {source: sources})
     gleu = corpus_gleu(sources, hyps, references)
     return {
@@ -114,4 +114,4 @@ def evaluate_files(
     }
 
 
-__all__ = ["METRICS", "evaluate_files", "read_lines"]
+__all__ = ["METRICS", "evaluate_files", "read_all_lines", "read_lines"]

@@ -36,7 +36,8 @@ class DataConfig:
 
     ``format="text"``: ``train``/``valid``/``test`` are ``[source_file, target_file]`` (plain or
     gzip, line-aligned). ``format="jsonl"``: each is ``[file]`` with ``source_field`` and
-    ``target_field``. Relative paths are resolved against ``data_dir``.
+    ``target_field``. Relative paths are resolved against ``data_dir``. ``valid_references`` /
+    ``test_references`` name extra line-aligned reference files for multi-reference metrics.
     """
 
     data_dir: str = "."
@@ -44,6 +45,8 @@ class DataConfig:
     train: tuple[str, ...] = ()
     valid: tuple[str, ...] = ()
     test: tuple[str, ...] = ()
+    valid_references: tuple[str, ...] = ()
+    test_references: tuple[str, ...] = ()
     source_field: str = "source"
     target_field: str = "target"
     vocab_size: int = 8000
@@ -117,9 +120,9 @@ class LoopConfig:
     save_every_updates: int = 0
     keep_last: int = 3
     patience: int = 0
-    validate_bleu: bool = True
+    valid_metric: Literal["none", "bleu", "chrf", "rouge", "gleu"] = "bleu"
     valid_beam_size: int = 1
-    best_metric: Literal["bleu", "loss"] = "bleu"
+    best_metric: Literal["metric", "loss"] = "metric"
     log_every: int = 50
     progress: bool = True
 
@@ -141,8 +144,8 @@ class LoopConfig:
         check(self.log_every >= 1, "train.log_every must be >= 1")
         check(self.valid_beam_size >= 1, "train.valid_beam_size must be >= 1")
         check(
-            self.best_metric == "loss" or self.validate_bleu,
-            "train.best_metric 'bleu' needs train.validate_bleu: true",
+            self.best_metric == "loss" or self.valid_metric != "none",
+            "train.best_metric 'metric' needs a train.valid_metric other than 'none'",
         )
 
 

@@ -34,7 +34,8 @@ from odet.data import (
     read_jsonl_pairs,
     read_parallel_text,
 )
-from odet.evaluation import corpus_bleu
+from odet.evaluation.files import read_all_lines
+from odet.evaluation.scoring import score_text
 from odet.generation.text import GenerationConfig, Translator
 from odet.models import Seq2Seq
 from odet.training.checkpoint import (
@@ -416,10 +417,12 @@ class Trainer:
         is_best = False
         if metrics:
             key = self.config.train.best_metric
+            if key == "metric":
+                key = self.config.train.valid_metric
             value = metrics[key]
             better = (
                 self.state.best_metric is None
-                or (key == "bleu" and value > self.state.best_metric)
+                or (key != "loss" and value > self.state.best_metric)
                 or (key == "loss" and value < self.state.best_metric)
             )
             if better:
@@ -494,10 +497,12 @@ class Trainer:
             return {}
         loss = self.validation_loss(self.valid_set)
         metrics = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
-        if self.config.train.validate_bleu:
+        metric = self.config.train.valid_metric
+        if metric != "none":
             search = replace(self.config.generation, beam_size=self.config.train.valid_beam_size)
-            hyps = self.translate(self.valid_pairs.source, search)
-            metrics["bleu"] = corpus_bleu(hyps, list(self.valid_pairs.target)).score
+            hyps = self.translate(list(self.valid_pairs.source), search)
+            refs = self._references(self.valid_pairs, self.config.data.valid_references)
+            metrics.update(score_text(metric, hyps, refs, self.valid_pairs.source))
         self.model.train()
         return metrics
 
@@ -505,6 +510,20 @@ class Trainer:
         translator = Translator(self.model, self.tokenizers, search or self.config.generation)
         with autocast(self.config.train.precision):
             return translator.translate(sentences, progress=self.progress)
+
+    def _references(self, pairs: TextPairs, extra_files: tuple[str, ...]) -> list[list[str]]:
+        """Per sentence: the split's target plus the lines of extra reference files (the reader
+        may have skipped lines, so extras are aligned by the pairs' line numbers)."""
+        extras = []
+        for name in extra_files:
+            lines = read_all_lines(self.config.data.path(name))
+            if len(lines) < max(pairs.line_numbers, default=0):
+                raise DataError(
+                    f"reference file {name} has {len(lines)} lines, fewer than the "
+                    f"split's {max(pairs.line_numbers)}"
+                )
+            extras.append([lines[n - 1] for n in pairs.line_numbers])
+        return [[t, *(e[i] for e in extras)] for i, t in enumerate(pairs.target)]
 
     def _finish(self, last: Path) -> TrainResult:
         index = read_index(self.ckpt_root)
@@ -515,9 +534,11 @@ class Trainer:
             if best is not None:
                 self.model.load_state_dict(Seq2Seq.from_pretrained(best).state_dict())
             pairs = read_split(self.config.data, self.config.data.test)
-            hyps = self.translate(pairs.source)
+            hyps = self.translate(list(pairs.source))
             (self.out / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-            test = {"bleu": corpus_bleu(hyps, list(pairs.target)).score}
+            metric = self.config.train.valid_metric
+            refs = self._references(pairs, self.config.data.test_references)
+            test = score_text("bleu" if metric == "none" else metric, hyps, refs, pairs.source)
             self.metrics.write("test", step=self.state.step, **test)
             logger.info("test: %s", test)
         result = TrainResult(
