@@ -7,6 +7,8 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from odet.nn.dropout import Dropout
+
 Activation = Literal["relu", "gelu"]
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -30,7 +32,7 @@ class FeedForward(nn.Module):
         self.fc1 = nn.Linear(d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, d_model)
         self.activation = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(self.activation(self.fc1(x))))

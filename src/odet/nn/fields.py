@@ -21,6 +21,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from odet.nn.attention import CrossAttention, KVCache, SelfAttention
+from odet.nn.dropout import Dropout
 from odet.nn.feedforward import Activation, FeedForward
 
 FieldConvention = Literal["textbook", "layer"]
@@ -71,7 +72,7 @@ class EncoderField(nn.Module):
         self.ffn = FeedForward(
             d_model, ffn_dim, activation=activation, activation_dropout=activation_dropout
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output = FieldOutput(d_model, convention, stage_norm, norm_eps)
 
     def forward(self, z: Tensor, *, padding_mask: Tensor | None = None) -> Tensor:
@@ -113,7 +114,7 @@ class DecoderField(nn.Module):
         self.ffn = FeedForward(
             d_model, ffn_dim, activation=activation, activation_dropout=activation_dropout
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output = FieldOutput(d_model, convention, stage_norm, norm_eps)
 
     def project_memory(self, memory: Tensor) -> KVCache:

@@ -1,0 +1,284 @@
+"""``python -m benchmarks``: odet against its peers, in one process, round-robin.
+
+For each size: training tokens/s (forward + backward + Adam), peak memory and MFU of every
+training system; encoder-only RK cost ratios; generation sentences/s (greedy and beam) at forced
+lengths. Results go to JSON and, for full runs, to ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks import measure, report
+from benchmarks.systems import (
+    ENCODER_METHODS,
+    GEN_SYSTEMS,
+    SIZES,
+    TRAIN_SYSTEMS,
+    BenchSize,
+    Generate,
+    PeerUnavailableError,
+    TrainSystem,
+    encoder_task,
+    gen_sources,
+    iter_names,
+    make_batch,
+    parameters,
+)
+
+REFERENCE = ("hf-marian", "torch-transformer")
+"""Ratios are taken against the first of these that ran."""
+BASELINE = "odet-euler"
+RK_PAIRS = (("odet-rk2", BASELINE), ("odet-rk2-gated", BASELINE), ("odet-rk4", BASELINE))
+BF16_SYSTEMS = frozenset(
+    {"odet-euler-bf16", "odet-euler-bf16-fused-sdpa", "odet-euler-bf16-weights"}
+)
+
+
+def _train_entry(
+    name: str,
+    system: TrainSystem,
+    size: BenchSize,
+    timing: measure.Timing,
+    flops: int,
+    gemm: dict[str, measure.Timing],
+    gemm_flops: int,
+    memory: int | None,
+) -> dict[str, Any]:
+    rate = gemm["bf16" if name in BF16_SYSTEMS else "fp32"]
+    mfu = [(flops / t) / (gemm_flops / g) for t, g in zip(timing.times, rate.times, strict=True)]
+    return {
+        "step_s": timing.median,
+        "step_s_rounds": list(timing.times),
+        "tokens_per_s": size.train_tokens / timing.median,
+        "params": parameters(system.model),
+        "train_flops_per_step": flops,
+        "train_flops_per_token": flops / size.train_tokens,
+        "gflops_per_s": flops / timing.median / 1e9,
+        "mfu": sorted(mfu)[len(mfu) // 2],
+        "mfu_against": "bf16 GEMM" if name in BF16_SYSTEMS else "fp32 GEMM",
+        "peak_memory_mib": None if memory is None else memory / 2**20,
+    }
+
+
+def run_training(
+    size: BenchSize, names: Sequence[str], rounds: int, with_memory: bool
+) -> dict[str, Any]:
+    """Round-robin the training systems, the encoder-only RK tasks and the GEMM probes."""
+    batch = make_batch(size)
+    systems: dict[str, TrainSystem] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        try:
+            systems[name] = TRAIN_SYSTEMS[name](size)
+        except PeerUnavailableError as err:
+            skipped[name] = str(err)
+
+    flops = {
+        name: measure.count_flops(lambda s=s: s.loss(batch).backward())
+        for name, s in systems.items()
+    }
+    memory: dict[str, int | None] = {}
+    for name in systems:
+        memory[name] = (
+            measure.peak_memory(lambda n=name: _two_steps(n, size, batch)) if with_memory else None
+        )
+
+    encoders = {m: encoder_task(size, m) for m in ENCODER_METHODS}
+    encoder_flops = {m: measure.count_flops(lambda f=f: f(batch)) for m, f in encoders.items()}
+    tokens = size.batch_size * size.tgt_len
+    gemm_tasks = {
+        key: measure.gemm_task(tokens, size.d_model, size.ffn_dim, dtype)
+        for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
+    tasks: dict[str, Callable[[], object]] = {
+        **{f"train:{n}": (lambda s=s: s.step(batch)) for n, s in systems.items()},
+        **{f"encoder:{m}": (lambda f=f: f(batch)) for m, f in encoders.items()},
+        **{f"gemm:{k}": fn for k, (fn, _) in gemm_tasks.items()},
+    }
+    timings = measure.round_robin(tasks, rounds=rounds, warmup=1)
+    gemm = {k: timings[f"gemm:{k}"] for k in gemm_tasks}
+    gemm_flops = gemm_tasks["fp32"][1]
+
+    train = {
+        name: _train_entry(
+            name, s, size, timings[f"train:{name}"], flops[name], gemm, gemm_flops, memory[name]
+        )
+        for name, s in systems.items()
+    }
+    for name, s in systems.items():
+        train[name]["loss"] = float(s.loss(batch).detach())
+    reference = next((r for r in REFERENCE if r in systems), None)
+    for name in train:
+        if reference is not None:
+            train[name][f"speed_vs_{reference}"] = measure.same_round_ratio(
+                timings[f"train:{reference}"], timings[f"train:{name}"]
+            )
+    rk = {
+        f"{a}/{b}": {
+            "time_ratio": measure.same_round_ratio(timings[f"train:{a}"], timings[f"train:{b}"]),
+            "flop_ratio": flops[a] / flops[b],
+        }
+        for a, b in RK_PAIRS
+        if a in systems and b in systems
+    }
+    for m in ENCODER_METHODS[1:]:
+        rk[f"encoder {m}/euler"] = {
+            "time_ratio": measure.same_round_ratio(
+                timings[f"encoder:{m}"], timings["encoder:euler"]
+            ),
+            "flop_ratio": encoder_flops[m] / encoder_flops["euler"],
+        }
+    return {
+        "reference": reference,
+        "skipped": skipped,
+        "gemm_gflops": {k: gemm_flops / t.median / 1e9 for k, t in gemm.items()},
+        "gemm_shape": [tokens, size.d_model, size.ffn_dim],
+        "train": train,
+        "rk": rk,
+    }
+
+
+def _two_steps(name: str, size: BenchSize, batch: Any) -> None:
+    system = TRAIN_SYSTEMS[name](size)
+    for _ in range(2):
+        system.step(batch)
+
+
+def run_generation(
+    size: BenchSize, names: Sequence[str], beams: Sequence[int], rounds: int
+) -> dict[str, Any]:
+    """Sentences/s of every generation system at each beam size, forced to equal lengths."""
+    src = gen_sources(size)
+    systems: dict[str, Generate] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        try:
+            systems[name] = GEN_SYSTEMS[name](size)
+        except PeerUnavailableError as err:
+            skipped[name] = str(err)
+    results: dict[str, Any] = {"skipped": skipped}
+    for beam in beams:
+        for name, gen in systems.items():
+            lengths = {len(tokens) for tokens in gen(src, beam)}
+            if lengths != {size.gen_tokens}:
+                raise RuntimeError(
+                    f"{name} beam {beam} generated lengths {sorted(lengths)}, expected exactly "
+                    f"{size.gen_tokens}: the workloads would not be equal"
+                )
+        timings = measure.round_robin(
+            {name: (lambda g=g, b=beam: g(src, b)) for name, g in systems.items()},
+            rounds=rounds,
+            warmup=0,
+        )
+        key = "greedy" if beam == 1 else f"beam{beam}"
+        results[key] = {
+            name: {
+                "seconds": t.median,
+                "sentences_per_s": size.gen_batch / t.median,
+                **(
+                    {"speed_vs_hf-marian": measure.same_round_ratio(timings["hf-marian"], t)}
+                    if "hf-marian" in timings
+                    else {}
+                ),
+            }
+            for name, t in timings.items()
+        }
+    return results
+
+
+def environment(argv: Sequence[str]) -> dict[str, Any]:
+    """Machine, library versions, date and the exact command of this run."""
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import transformers
+
+        versions["transformers"] = transformers.__version__
+    except ImportError:
+        versions["transformers"] = None
+    return {
+        "cpu": _cpu_model(),
+        "logical_cpus": torch.multiprocessing.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "versions": versions,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m benchmarks " + shlex.join(argv),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or "unknown"
+    flags = next((line for line in out.splitlines() if line.startswith("Flags:")), "")
+    isa = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f" {f}" in flags]
+    model = next(
+        (line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line),
+        "unknown",
+    )
+    return f"{model} ({', '.join(isa) or 'no AVX-512'})"
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="toy size, 3 rounds (< 1 minute)")
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), help="default: d256 d512")
+    parser.add_argument("--rounds", type=int, help="timed rounds (default 5, --quick 3)")
+    parser.add_argument("--train", nargs="+", metavar="SYSTEM", help=f"{list(TRAIN_SYSTEMS)}")
+    parser.add_argument("--generate", nargs="+", metavar="SYSTEM", help=f"{list(GEN_SYSTEMS)}")
+    parser.add_argument("--beams", nargs="+", type=int, default=[1, 5])
+    parser.add_argument("--no-memory", action="store_true", help="skip peak-memory children")
+    parser.add_argument("--no-generation", action="store_true")
+    parser.add_argument("--out", type=Path, help="JSON results (default benchmarks/results.json)")
+    parser.add_argument("--markdown", type=Path, help="default benchmarks/RESULTS.md")
+    args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if any(b < 1 for b in args.beams):
+        parser.error(f"--beams must be positive, got {args.beams}")
+    here = Path(__file__).resolve().parent
+    args.sizes = args.sizes or (["toy"] if args.quick else ["d256", "d512"])
+    args.rounds = args.rounds or (3 if args.quick else 5)
+    if not args.quick:
+        args.out = args.out or here / "results.json"
+        args.markdown = args.markdown or here / "RESULTS.md"
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    train_names = list(iter_names(TRAIN_SYSTEMS, args.train))
+    gen_names = list(iter_names(GEN_SYSTEMS, args.generate))
+    results: dict[str, Any] = {"environment": environment(argv), "sizes": {}}
+    for size_name in args.sizes:
+        size = SIZES[size_name]
+        print(f"[{size_name}] training: {', '.join(train_names)}", flush=True)
+        entry: dict[str, Any] = {"size": vars(size), "rounds": args.rounds}
+        entry["training"] = run_training(size, train_names, args.rounds, not args.no_memory)
+        if not args.no_generation:
+            print(f"[{size_name}] generation: {', '.join(gen_names)}", flush=True)
+            entry["generation"] = run_generation(size, gen_names, args.beams, args.rounds)
+        results["sizes"][size_name] = entry
+        print(report.summary(size_name, entry), flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    if args.markdown is not None:
+        existing = args.markdown.read_text() if args.markdown.exists() else ""
+        args.markdown.write_text(report.update_markdown(existing, results))
+        print(f"wrote {args.markdown}")
+    return 0

@@ -1,0 +1,429 @@
+"""The systems under test: odet variants and the peers, built at identical sizes.
+
+Peers (random init, never downloaded):
+
+- ``hf-marian``: Hugging Face ``MarianMTModel`` from a ``MarianConfig`` of the same size (D, heads,
+  FFN, layers, vocabulary, shared embeddings and tied output, ReLU, √D-scaled embeddings,
+  sinusoidal positions, dropout 0.1 after attention/FFN, none inside), SDPA attention. Differences
+  that remain are Marian's own design: post-norm layers (odet is pre-norm, with one final layer
+  norm per stack) and a ``final_logits_bias`` buffer.
+- ``torch-transformer``: ``torch.nn.Transformer(norm_first=True)`` with the same embeddings,
+  positions and tied output projection around it.
+
+Every system is trained with the same loss (token cross-entropy, padding ignored) and
+``torch.optim.Adam``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from odet.models import Seq2Seq, Seq2SeqConfig
+from odet.nn import sinusoidal_table
+from odet.nn.dropout import Dropout
+from odet.nn.precision import autocast_bf16
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+DROPOUT = 0.1
+
+
+class PeerUnavailableError(RuntimeError):
+    """A peer library is not installed; the runner records the reason and goes on."""
+
+
+@dataclass(frozen=True)
+class BenchSize:
+    """One model size and its workloads.
+
+    Training: ``batch_size`` sentences of exactly ``src_len`` source and ``tgt_len`` target
+    tokens. Generation: ``gen_batch`` sources of ``src_len`` tokens, each decoded to exactly
+    ``gen_tokens`` tokens (EOS banned before, forced after).
+    """
+
+    name: str
+    vocab_size: int
+    d_model: int
+    num_heads: int
+    ffn_dim: int
+    encoder_layers: int
+    decoder_layers: int
+    batch_size: int
+    src_len: int
+    tgt_len: int
+    gen_batch: int
+    gen_tokens: int
+
+    def __post_init__(self) -> None:
+        for key, value in vars(self).items():
+            if key != "name" and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"BenchSize.{key} must be a positive integer, got {value!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"BenchSize.d_model ({self.d_model}) must be divisible by num_heads "
+                f"({self.num_heads})"
+            )
+
+    @property
+    def train_tokens(self) -> int:
+        """Source + target tokens per training step."""
+        return self.batch_size * (self.src_len + self.tgt_len)
+
+
+SIZES: dict[str, BenchSize] = {
+    "toy": BenchSize("toy", 1000, 64, 4, 128, 2, 2, 16, 8, 8, 8, 6),
+    "d256": BenchSize("d256", 10_000, 256, 4, 1024, 3, 3, 128, 16, 16, 64, 20),
+    "d512": BenchSize("d512", 10_000, 512, 8, 2048, 6, 6, 128, 16, 16, 64, 20),
+}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``src (B, S)``, ``tgt_in (B, T)`` starting with BOS, ``tgt_out (B, T)`` = shifted target."""
+
+    src: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+
+
+def make_batch(size: BenchSize, seed: int = 0) -> Batch:
+    """Random non-special tokens: no padding, so every system does the same work."""
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, size.vocab_size, (size.batch_size, size.src_len), generator=gen)
+    tgt = torch.randint(4, size.vocab_size, (size.batch_size, size.tgt_len), generator=gen)
+    tgt_in = torch.cat([torch.full_like(tgt[:, :1], BOS), tgt[:, :-1]], dim=1)
+    return Batch(src, tgt_in, tgt)
+
+
+def token_loss(logits: Tensor, target: Tensor) -> Tensor:
+    """Mean cross-entropy of ``logits (B, T, V)`` against ``target (B, T)``, padding ignored."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD)
+
+
+Forward = Callable[[Batch], Tensor]
+
+
+@dataclass
+class TrainSystem:
+    """A model, its forward-to-logits function and the precision context of its steps."""
+
+    model: nn.Module
+    forward: Forward
+    precision: Callable[[], AbstractContextManager[Any]] = nullcontext
+
+    def __post_init__(self) -> None:
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+
+    def loss(self, batch: Batch) -> Tensor:
+        with self.precision():
+            return token_loss(self.forward(batch), batch.tgt_out)
+
+    def step(self, batch: Batch) -> float:
+        """One forward + backward + Adam step; returns the loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss(batch)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+
+class MasterWeightsSystem(TrainSystem):
+    """bf16 weights and activations for compute, fp32 master copies updated by Adam.
+
+    The alternative to autocast measured by the runner: no per-step weight casts, but two weight
+    copies and a bf16 → fp32 gradient copy per step.
+    """
+
+    def __post_init__(self) -> None:
+        self.model.to(torch.bfloat16)
+        self.params = list(self.model.parameters())
+        self.masters = [p.detach().float().clone().requires_grad_() for p in self.params]
+        self.optimizer = torch.optim.Adam(self.masters, lr=1e-4)
+
+    def step(self, batch: Batch) -> float:
+        self.model.zero_grad(set_to_none=True)
+        loss = self.loss(batch)
+        loss.backward()
+        with torch.no_grad():
+            for master, p in zip(self.masters, self.params, strict=True):
+                master.grad = None if p.grad is None else p.grad.float()
+            self.optimizer.step()
+            for master, p in zip(self.masters, self.params, strict=True):
+                p.copy_(master)
+        return float(loss.detach())
+
+
+# ----------------------------------------------------------------------------------- odet
+def odet_config(size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed"):
+    """The odet model of ``size``: shared embeddings, dropout 0.1 after attention/FFN."""
+    return Seq2SeqConfig(
+        vocab_size=size.vocab_size,
+        d_model=size.d_model,
+        num_heads=size.num_heads,
+        ffn_dim=size.ffn_dim,
+        encoder_layers=size.encoder_layers,
+        decoder_layers=size.decoder_layers,
+        encoder_method=encoder_method,
+        coefficients=coefficients,
+        dropout=DROPOUT,
+        share_all_embeddings=True,
+        max_positions=256,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+    )
+
+
+def odet_model(size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed"):
+    torch.manual_seed(0)
+    return Seq2Seq(odet_config(size, encoder_method, coefficients))
+
+
+def _odet_train(method: str, coefficients: str = "fixed", bf16: bool = False):
+    def build(size: BenchSize) -> TrainSystem:
+        model = odet_model(size, method, coefficients).train()
+        return TrainSystem(
+            model,
+            lambda b: model(b.src, b.tgt_in),
+            autocast_bf16 if bf16 else nullcontext,
+        )
+
+    return build
+
+
+def _odet_torch_dropout(size: BenchSize) -> TrainSystem:
+    """Ablation: odet Euler with ``nn.Dropout`` (``bernoulli_``) instead of odet's ``Dropout``."""
+    system = _odet_train("euler")(size)
+    for module in list(system.model.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, Dropout):
+                setattr(module, name, nn.Dropout(child.p))
+    return system
+
+
+def _odet_bf16_default_sdpa(size: BenchSize) -> TrainSystem:
+    """Ablation: bf16 autocast leaving SDPA's backend choice to torch (fused CPU kernel)."""
+    model = odet_model(size).train()
+    return TrainSystem(
+        model, lambda b: model(b.src, b.tgt_in), lambda: torch.autocast("cpu", torch.bfloat16)
+    )
+
+
+def _odet_bf16_weights(size: BenchSize) -> TrainSystem:
+    model = odet_model(size).train()
+    return MasterWeightsSystem(model, lambda b: model(b.src, b.tgt_in))
+
+
+# ----------------------------------------------------------------------------------- peers
+def marian_model(size: BenchSize) -> nn.Module:
+    """HF ``MarianMTModel`` of ``size`` (random init; raises PeerUnavailableError without HF)."""
+    try:
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError as err:
+        raise PeerUnavailableError(f"transformers is not installed ({err})") from err
+    config = MarianConfig(
+        vocab_size=size.vocab_size,
+        d_model=size.d_model,
+        encoder_layers=size.encoder_layers,
+        decoder_layers=size.decoder_layers,
+        encoder_attention_heads=size.num_heads,
+        decoder_attention_heads=size.num_heads,
+        encoder_ffn_dim=size.ffn_dim,
+        decoder_ffn_dim=size.ffn_dim,
+        activation_function="relu",
+        dropout=DROPOUT,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=256,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+        forced_eos_token_id=None,
+        decoder_start_token_id=BOS,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    return MarianMTModel(config)
+
+
+def _marian_train(size: BenchSize) -> TrainSystem:
+    model = marian_model(size).train()
+
+    def forward(b: Batch) -> Tensor:
+        return model(
+            input_ids=b.src,
+            attention_mask=b.src.ne(PAD),
+            decoder_input_ids=b.tgt_in,
+            use_cache=False,
+        ).logits
+
+    return TrainSystem(model, forward)
+
+
+class TorchTransformer(nn.Module):
+    """``torch.nn.Transformer(norm_first=True)`` with √D-scaled shared embeddings, sinusoidal
+    positions and a tied output projection: ``(B, S), (B, T) -> (B, T, V)``."""
+
+    def __init__(self, size: BenchSize):
+        super().__init__()
+        d = size.d_model
+        self.embed = nn.Embedding(size.vocab_size, d, padding_idx=PAD)
+        nn.init.normal_(self.embed.weight, std=d**-0.5)
+        self.scale = math.sqrt(d)
+        self.register_buffer("positions", sinusoidal_table(256, d), persistent=False)
+        layer = nn.TransformerEncoderLayer(
+            d, size.num_heads, size.ffn_dim, DROPOUT, batch_first=True, norm_first=True
+        )
+        encoder = nn.TransformerEncoder(
+            layer, size.encoder_layers, nn.LayerNorm(d), enable_nested_tensor=False
+        )  # nested tensors do not apply to norm_first layers; saying so avoids a warning
+        self.transformer = nn.Transformer(
+            d,
+            size.num_heads,
+            size.encoder_layers,
+            size.decoder_layers,
+            size.ffn_dim,
+            dropout=DROPOUT,
+            custom_encoder=encoder,
+            batch_first=True,
+            norm_first=True,
+        )
+        self.project = nn.Linear(d, size.vocab_size, bias=False)
+        self.project.weight = self.embed.weight
+
+    def _embed(self, tokens: Tensor) -> Tensor:
+        return self.embed(tokens) * self.scale + self.positions[: tokens.shape[1]]
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1])
+        hidden = self.transformer(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src.eq(PAD),
+            memory_key_padding_mask=src.eq(PAD),
+            tgt_is_causal=True,
+        )
+        return self.project(hidden)
+
+
+def _torch_train(size: BenchSize) -> TrainSystem:
+    torch.manual_seed(0)
+    model = TorchTransformer(size).train()
+    return TrainSystem(model, lambda b: model(b.src, b.tgt_in))
+
+
+TRAIN_SYSTEMS: dict[str, Callable[[BenchSize], TrainSystem]] = {
+    "odet-euler": _odet_train("euler"),
+    "odet-rk2": _odet_train("rk2"),
+    "odet-rk2-gated": _odet_train("rk2", "gated"),
+    "odet-rk4": _odet_train("rk4"),
+    "odet-euler-bf16": _odet_train("euler", bf16=True),
+    "odet-euler-bf16-fused-sdpa": _odet_bf16_default_sdpa,
+    "odet-euler-bf16-weights": _odet_bf16_weights,
+    "odet-euler-nn-dropout": _odet_torch_dropout,
+    "hf-marian": _marian_train,
+    "torch-transformer": _torch_train,
+}
+"""Training systems by name; the first odet entry is the Euler baseline of the RK ratios."""
+
+
+# ------------------------------------------------------------------------- encoder-only (RK)
+def encoder_task(size: BenchSize, method: str) -> Callable[[Batch], None]:
+    """Forward + backward of the odet encoder alone (``method`` blocks), for RK cost ratios."""
+    model = odet_model(size, method).train()
+
+    def run(batch: Batch) -> None:
+        model.zero_grad(set_to_none=True)
+        model.encode(batch.src).memory.square().mean().backward()
+
+    return run
+
+
+ENCODER_METHODS = ("euler", "rk2", "rk4")
+
+
+# ------------------------------------------------------------------------------ generation
+Generate = Callable[[Tensor, int], list[list[int]]]
+"""``(src (B, S), beam_size) -> B token lists``, each exactly ``gen_tokens`` long."""
+
+
+def _odet_generate(method: str) -> Callable[[BenchSize], Generate]:
+    def build(size: BenchSize) -> Generate:
+        model = odet_model(size, method).eval()
+
+        def run(src: Tensor, beam: int) -> list[list[int]]:
+            n = size.gen_tokens
+            return model.generate(src, beam_size=beam, max_len=n, min_len=n)
+
+        return run
+
+    return build
+
+
+def _marian_generate(size: BenchSize) -> Generate:
+    from transformers import GenerationConfig
+
+    model = marian_model(size).eval()
+
+    def run(src: Tensor, beam: int) -> list[list[int]]:
+        # odet decodes n tokens then a forced EOS: n + 1 decoder calls. HF gets n + 1 tokens
+        # with EOS banned throughout: the same n + 1 decoder calls.
+        n = size.gen_tokens + 1
+        config = GenerationConfig(
+            num_beams=beam,
+            do_sample=False,
+            min_new_tokens=n,
+            max_new_tokens=n,
+            length_penalty=1.0,
+            early_stopping=False,
+            use_cache=True,
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            bos_token_id=BOS,
+            decoder_start_token_id=BOS,
+        )
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=src, attention_mask=src.ne(PAD), generation_config=config
+            )
+        return [row[1:-1] for row in out.tolist()]
+
+    return run
+
+
+GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
+    "odet-euler": _odet_generate("euler"),
+    "odet-rk2": _odet_generate("rk2"),
+    "hf-marian": _marian_generate,
+}
+
+
+def gen_sources(size: BenchSize, seed: int = 1) -> Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(4, size.vocab_size, (size.gen_batch, size.src_len), generator=gen)
+
+
+def parameters(model: nn.Module) -> int:
+    """Distinct trainable parameters (tied matrices once; Marian's frozen positions excluded)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def iter_names(registry: dict[str, Any], wanted: list[str] | None) -> Iterator[str]:
+    """The registry's names in order, restricted to ``wanted`` (unknown names are errors)."""
+    if wanted is not None:
+        unknown = sorted(set(wanted) - set(registry))
+        if unknown:
+            raise ValueError(f"unknown systems {unknown}; choose from {list(registry)}")
+    yield from (name for name in registry if wanted is None or name in wanted)

@@ -1,0 +1,83 @@
+"""Dropout with a mask drawn from random 16-bit integers instead of ``bernoulli_``.
+
+``nn.Dropout`` on CPU draws one Bernoulli variate per element (``bernoulli_``), which costs
+more than the matmuls of a small Transformer layer's feed-forward and took 11–15 % of a d256
+training step here. This module draws 64 random bits per four elements with ``random_`` and
+compares 16-bit slices against a threshold: several times cheaper, with the same semantics up to
+the rounding of ``p`` to a multiple of 2⁻¹⁶ (|Δp| ≤ 2⁻¹⁷): every element is dropped
+independently with probability ``p' = round(p · 2¹⁶) / 2¹⁶`` and survivors are scaled by
+``1 / (1 − p')``, so the expectation is exactly the input. The mask is kept as booleans for the
+backward pass (a quarter of the float mask ``nn.Dropout`` saves). Draws come from torch's
+default generator, so ``torch.manual_seed`` makes them reproducible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+_LEVELS = 1 << 16
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device) -> Tensor:
+    """Boolean mask of ``shape``, each element True independently with probability ``1 − p'``."""
+    numel = 1
+    for n in shape:
+        numel *= n
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device)
+    words.random_(-(1 << 63), None)  # all 64 bits uniform
+    halves = words.view(torch.int16)[:numel].view(shape)  # uniform on [-2¹⁵, 2¹⁵)
+    return halves >= _drop_levels(p) - (_LEVELS >> 1)
+
+
+def _drop_levels(p: float) -> int:
+    return min(round(p * _LEVELS), _LEVELS - 1)
+
+
+def quantised_drop_rate(p: float) -> float:
+    """The drop probability ``p'`` actually used for ``p``: the nearest multiple of 2⁻¹⁶
+    (at most ``1 − 2⁻¹⁶``)."""
+    return _drop_levels(p) / _LEVELS
+
+
+class _MaskedScale(torch.autograd.Function):
+    """``x · keep · scale``; the backward reuses the boolean mask."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, keep: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x.mul(keep).mul_(scale)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (keep,) = ctx.saved_tensors
+        return grad.mul(keep).mul_(ctx.scale), None, None
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Functional form of :class:`Dropout` for ``x`` of any shape."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
+    drop = quantised_drop_rate(p)
+    if not training or drop == 0.0:
+        return x
+    return _MaskedScale.apply(x, keep_mask(x.shape, p, x.device), 1.0 / (1.0 - drop))
+
+
+class Dropout(nn.Module):
+    """Drop-in replacement for ``nn.Dropout(p)`` (see the module docstring)."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

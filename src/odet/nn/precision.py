@@ -1,0 +1,56 @@
+"""Mixed precision for CPU (and CUDA) training: bfloat16 autocast with fp32 weights.
+
+``autocast_bf16()`` runs matrix multiplies in bfloat16 while the weights, the optimizer state
+and the reductions autocast keeps in fp32 (softmax, layer norm, losses) stay fp32: the usual
+"fp32 master weights" recipe without a second copy of the model. No loss scaling is needed:
+bfloat16 has fp32's exponent range.
+
+On CPU it also restricts ``scaled_dot_product_attention`` to the math backend: under bf16 the
+default fused (flash) CPU kernel's backward pass is several times slower than the math path's
+two batched matmuls.
+
+Typical use in a training step::
+
+    with precision_context("bf16"):
+        loss = loss_fn(model(src, tgt_in), tgt_out)
+    loss.backward()
+    optimizer.step()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Literal
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+Precision = Literal["fp32", "bf16"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16")
+
+
+@contextmanager
+def autocast_bf16(device_type: str = "cpu") -> Iterator[None]:
+    """Forward passes inside run their matmuls in bfloat16 (weights stay fp32).
+
+    Wrap the forward pass and the loss, not ``backward()``/``optimizer.step()``: autograd
+    replays the casts by itself.
+    """
+    with torch.autocast(device_type, dtype=torch.bfloat16):
+        if device_type == "cpu":
+            with sdpa_kernel(SDPBackend.MATH):
+                yield
+        else:
+            yield
+
+
+def precision_context(
+    precision: Precision, device_type: str = "cpu"
+) -> AbstractContextManager[None]:
+    """The context for forward passes at ``precision``: ``"fp32"`` (no-op) or ``"bf16"``."""
+    if precision == "fp32":
+        return nullcontext()
+    if precision == "bf16":
+        return autocast_bf16(device_type)
+    raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")

@@ -1,0 +1,92 @@
+"""benchmarks: timing/FLOP/memory primitives (reference values) and a smoke run of the runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from benchmarks import measure, report, runner
+
+
+def test_round_robin_rotates_the_starting_task_every_round() -> None:
+    order: list[str] = []
+    tasks = {name: (lambda n=name: order.append(n)) for name in "abc"}
+    timings = measure.round_robin(tasks, rounds=3, warmup=1)
+    assert order == [*"abc", *"bca", *"cab", *"abc"]
+    assert all(len(t.times) == 3 for t in timings.values())
+
+
+def test_same_round_ratio_is_the_median_of_per_round_ratios() -> None:
+    # Per-round ratios 2, 1.5, 4: median 2 (the ratio of the medians would be 1.5).
+    a = measure.Timing((2.0, 3.0, 8.0))
+    b = measure.Timing((1.0, 2.0, 2.0))
+    assert measure.same_round_ratio(a, b) == 2.0
+    with pytest.raises(ValueError, match="different runs"):
+        measure.same_round_ratio(a, measure.Timing((1.0,)))
+
+
+def test_flops_of_a_linear_forward_and_backward_are_three_gemms() -> None:
+    m, k, n = 6, 5, 7
+    layer = torch.nn.Linear(k, n, bias=False)
+    x = torch.randn(m, k, requires_grad=True)
+    assert measure.count_flops(lambda: layer(x).sum().backward()) == 3 * 2 * m * k * n
+
+
+def test_flops_of_cpu_attention_count_both_products_forward_and_twice_backward() -> None:
+    b, h, t, s, d = 2, 3, 5, 7, 4
+    q = torch.randn(b, h, t, d, requires_grad=True)
+    kv = torch.randn(b, h, s, d, requires_grad=True)
+    forward = 2 * b * h * t * s * (d + d)
+    assert measure.count_flops(lambda: F.scaled_dot_product_attention(q, kv, kv)) == forward
+    total = measure.count_flops(lambda: F.scaled_dot_product_attention(q, kv, kv).sum().backward())
+    assert total == 3 * forward
+
+
+def test_peak_memory_sees_a_64_mib_allocation_in_the_child() -> None:
+    peak = measure.peak_memory(lambda: torch.ones(16 * 2**20).add_(1), timeout_s=60)
+    if peak is None:
+        pytest.skip("no fork or /proc/self/clear_refs on this platform")
+    assert 64 * 2**20 <= peak < 200 * 2**20
+
+
+def test_markdown_update_keeps_the_hand_written_text_around_the_block() -> None:
+    results = {
+        "environment": {"cpu": "cpu", "logical_cpus": 1, "torch_threads": 1,
+                        "versions": {"torch": "x"}, "date": "today", "command": "c"},
+        "sizes": {},
+    }  # fmt: skip
+    first = report.update_markdown("# Title\n\nanalysis\n", results)
+    assert first.startswith("# Title\n\nanalysis\n\n" + report.BEGIN)
+    edited = first.replace("analysis", "new analysis") + "\nfooter\n"
+    second = report.update_markdown(edited, results)
+    assert second.count(report.BEGIN) == 1
+    assert "new analysis" in second and second.endswith("footer\n")
+
+
+def test_runner_smoke_writes_json_with_ratios_flops_and_forced_lengths(tmp_path: Path) -> None:
+    out, md = tmp_path / "r.json", tmp_path / "R.md"
+    argv = ["--quick", "--rounds", "1", "--no-memory", "--beams", "1",
+            "--train", "odet-euler", "odet-rk2", "torch-transformer",
+            "--generate", "odet-euler", "--out", str(out), "--markdown", str(md)]  # fmt: skip
+    assert runner.main(argv) == 0
+    toy = json.loads(out.read_text())["sizes"]["toy"]
+    train = toy["training"]["train"]
+    assert toy["training"]["reference"] == "torch-transformer"
+    assert train["torch-transformer"]["speed_vs_torch-transformer"] == 1.0
+    assert train["odet-rk2"]["train_flops_per_step"] > train["odet-euler"]["train_flops_per_step"]
+    assert toy["training"]["rk"]["encoder rk2/euler"]["flop_ratio"] == pytest.approx(2.0)
+    assert toy["training"]["rk"]["encoder rk4/euler"]["flop_ratio"] == pytest.approx(4.0)
+    assert toy["generation"]["greedy"]["odet-euler"]["sentences_per_s"] > 0
+    assert "| `odet-euler` |" in md.read_text()
+
+
+@pytest.mark.slow
+def test_quick_run_with_all_systems_and_memory(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    assert runner.main(["--quick", "--out", str(out)]) == 0
+    train = json.loads(out.read_text())["sizes"]["toy"]["training"]["train"]
+    assert all(r["peak_memory_mib"] is None or r["peak_memory_mib"] > 0 for r in train.values())
