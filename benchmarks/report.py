@@ -23,12 +23,23 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def size_tables(name: str, entry: dict[str, Any]) -> list[str]:
     """Training, RK and generation tables of one size."""
-    size, training = entry["size"], entry["training"]
-    ref = training["reference"]
+    size = entry["size"]
     lines = [
         f"### {name}: d{size['d_model']}, {size['encoder_layers']}+{size['decoder_layers']} "
         f"layers, {size['num_heads']} heads, FFN {size['ffn_dim']}, vocab {size['vocab_size']:,}",
         "",
+    ]
+    if "training" in entry:
+        lines += _training_tables(entry)
+    if "generation" in entry:
+        lines += _generation_table(entry)
+    return [*lines, ""]
+
+
+def _training_tables(entry: dict[str, Any]) -> list[str]:
+    size, training = entry["size"], entry["training"]
+    ref = training["reference"]
+    lines = [
         f"Training: {size['batch_size']} sentences × {size['src_len']}+{size['tgt_len']} tokens, "
         f"forward + backward + Adam, median of {entry['rounds']} round-robin rounds. GEMM probe "
         f"{' × '.join(map(str, training['gemm_shape']))}: "
@@ -69,32 +80,36 @@ def size_tables(name: str, entry: dict[str, Any]) -> list[str]:
             for k, v in training["rk"].items()
         ],
     )
-    generation = entry.get("generation")
-    if generation:
-        lines += [
-            "",
-            f"Generation: {size['gen_batch']} sources × {size['src_len']} tokens, exactly "
-            f"{size['gen_tokens']} new tokens each (EOS banned before, forced after), KV cache:",
-            "",
-        ]
-        rows = []
-        for strategy, systems in generation.items():
-            if strategy == "skipped":
-                continue
-            for system, r in systems.items():
-                speed = r.get("speed_vs_hf-marian")
-                rows.append(
-                    [
-                        strategy,
-                        f"`{system}`",
-                        _fmt(r["sentences_per_s"], 1),
-                        "—" if speed is None else _fmt(speed) + "×",
-                    ]
-                )
-        lines += _table(["search", "system", "sentences/s", "speed vs hf-marian"], rows)
-        for system, reason in generation["skipped"].items():
-            lines.append(f"\n`{system}` skipped: {reason}")
-    return [*lines, ""]
+    return lines
+
+
+def _generation_table(entry: dict[str, Any]) -> list[str]:
+    size, generation = entry["size"], entry["generation"]
+    lines = [
+        "",
+        f"Generation: {size['gen_batch']} sources × {size['src_len']} tokens, exactly "
+        f"{size['gen_tokens']} new tokens each (EOS banned before, forced after), KV cache, "
+        f"median of {entry['rounds']} round-robin rounds:",
+        "",
+    ]
+    rows = []
+    for strategy, systems in generation.items():
+        if strategy == "skipped":
+            continue
+        for system, r in systems.items():
+            speed = r.get("speed_vs_hf-marian")
+            rows.append(
+                [
+                    strategy,
+                    f"`{system}`",
+                    _fmt(r["sentences_per_s"], 1),
+                    "—" if speed is None else _fmt(speed) + "×",
+                ]
+            )
+    lines += _table(["search", "system", "sentences/s", "speed vs hf-marian"], rows)
+    for system, reason in generation["skipped"].items():
+        lines.append(f"\n`{system}` skipped: {reason}")
+    return lines
 
 
 def _yes(ok: bool) -> str:
@@ -112,7 +127,12 @@ def markdown(results: dict[str, Any]) -> str:
         f"{env['torch_threads']} torch threads",
         f"- Versions: {versions}",
         f"- Date: {env['date']}",
-        f"- Command: `{env['command']}`",
+        "- Commands: "
+        + ", ".join(
+            dict.fromkeys(
+                f"`{e.get('command', env['command'])}`" for e in results["sizes"].values()
+            )
+        ),
         "",
     ]
     for name, entry in results["sizes"].items():
@@ -131,6 +151,8 @@ def update_markdown(existing: str, results: dict[str, Any]) -> str:
 
 def summary(name: str, entry: dict[str, Any]) -> str:
     """One line per training system, for the console."""
+    if "training" not in entry:
+        return f"[{name}] done"
     training = entry["training"]
     ref = training["reference"]
     out = [

@@ -240,7 +240,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--generate", nargs="+", metavar="SYSTEM", help=f"{list(GEN_SYSTEMS)}")
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 5])
     parser.add_argument("--no-memory", action="store_true", help="skip peak-memory children")
+    parser.add_argument("--no-training", action="store_true")
     parser.add_argument("--no-generation", action="store_true")
+    parser.add_argument(
+        "--merge", action="store_true", help="add these sizes to the existing --out file"
+    )
     parser.add_argument("--out", type=Path, help="JSON results (default benchmarks/results.json)")
     parser.add_argument("--markdown", type=Path, help="default benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
@@ -263,11 +267,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     train_names = list(iter_names(TRAIN_SYSTEMS, args.train))
     gen_names = list(iter_names(GEN_SYSTEMS, args.generate))
     results: dict[str, Any] = {"environment": environment(argv), "sizes": {}}
+    if args.merge and args.out is not None and args.out.exists():
+        results["sizes"] = json.loads(args.out.read_text())["sizes"]
     for size_name in args.sizes:
         size = SIZES[size_name]
-        print(f"[{size_name}] training: {', '.join(train_names)}", flush=True)
-        entry: dict[str, Any] = {"size": vars(size), "rounds": args.rounds}
-        entry["training"] = run_training(size, train_names, args.rounds, not args.no_memory)
+        entry: dict[str, Any] = {
+            "size": vars(size),
+            "rounds": args.rounds,
+            "command": results["environment"]["command"],
+        }
+        if not args.no_training:
+            print(f"[{size_name}] training: {', '.join(train_names)}", flush=True)
+            entry["training"] = run_training(size, train_names, args.rounds, not args.no_memory)
         if not args.no_generation:
             print(f"[{size_name}] generation: {', '.join(gen_names)}", flush=True)
             entry["generation"] = run_generation(size, gen_names, args.beams, args.rounds)

@@ -359,9 +359,19 @@ Generate = Callable[[Tensor, int], list[list[int]]]
 """``(src (B, S), beam_size) -> B token lists``, each exactly ``gen_tokens`` long."""
 
 
-def _odet_generate(method: str) -> Callable[[BenchSize], Generate]:
+def _odet_generate(method: str, preallocate: bool = True) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
         model = odet_model(size, method).eval()
+        if not preallocate:  # ablation: the concatenating KV cache
+            init_state = model.init_state
+
+            def concatenating_state(encoder_out: Any) -> Any:
+                state = init_state(encoder_out)
+                for cache in state.self_attn.values():
+                    cache.preallocate = False
+                return state
+
+            model.init_state = concatenating_state  # type: ignore[method-assign]
 
         def run(src: Tensor, beam: int) -> list[list[int]]:
             n = size.gen_tokens
@@ -406,6 +416,7 @@ def _marian_generate(size: BenchSize) -> Generate:
 GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-euler": _odet_generate("euler"),
     "odet-rk2": _odet_generate("rk2"),
+    "odet-euler-concat-cache": _odet_generate("euler", preallocate=False),
     "hf-marian": _marian_generate,
 }
 

@@ -7,7 +7,7 @@ block — and every decoding step — reuses them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -20,10 +20,19 @@ class KVCache:
 
     A self-attention cache grows by ``append`` one decoding step at a time; a cross-attention
     cache is filled once with the projected encoder memory. ``reorder`` follows beam search.
+
+    Under ``torch.no_grad`` (generation) appends write into preallocated buffers whose length
+    doubles when full, so a step copies only the new position instead of the whole cache
+    (``torch.cat``); ``key``/``value`` are then views of the filled part. With gradients enabled
+    appends concatenate, so autograd sees ordinary out-of-place ops; ``preallocate=False``
+    concatenates always.
     """
 
     key: Tensor | None = None
     value: Tensor | None = None
+    preallocate: bool = True
+    _key_buffer: Tensor | None = field(default=None, repr=False)
+    _value_buffer: Tensor | None = field(default=None, repr=False)
 
     @property
     def length(self) -> int:
@@ -31,18 +40,49 @@ class KVCache:
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Add the new positions' keys/values and return all of them."""
-        if self.key is None or self.value is None:
-            self.key, self.value = key, value
-        else:
-            self.key = torch.cat([self.key, key], dim=2)
-            self.value = torch.cat([self.value, value], dim=2)
+        if not self.preallocate or torch.is_grad_enabled() or key.requires_grad:
+            self._key_buffer = self._value_buffer = None
+            if self.key is None or self.value is None:
+                self.key, self.value = key, value
+            else:
+                self.key = torch.cat([self.key, key], dim=2)
+                self.value = torch.cat([self.value, value], dim=2)
+            return self.key, self.value
+        old, new = self.length, self.length + key.shape[2]
+        if self._key_buffer is None or self._value_buffer is None:
+            self._key_buffer, self._value_buffer = _buffer(key, new), _buffer(value, new)
+            if self.key is not None and self.value is not None:  # filled while grad was on
+                self._key_buffer[:, :, :old] = self.key
+                self._value_buffer[:, :, :old] = self.value
+        elif self._key_buffer.shape[2] < new:
+            key_buffer, value_buffer = _buffer(key, new), _buffer(value, new)
+            key_buffer[:, :, :old] = self._key_buffer[:, :, :old]
+            value_buffer[:, :, :old] = self._value_buffer[:, :, :old]
+            self._key_buffer, self._value_buffer = key_buffer, value_buffer
+        self._key_buffer[:, :, old:new] = key
+        self._value_buffer[:, :, old:new] = value
+        self.key = self._key_buffer[:, :, :new]
+        self.value = self._value_buffer[:, :, :new]
         return self.key, self.value
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows ``index`` ``(N',)`` of the batch: row i becomes old row ``index[i]``."""
-        if self.key is not None and self.value is not None:
+        if self.key is None or self.value is None:
+            return
+        if self._key_buffer is not None and self._value_buffer is not None:
+            self._key_buffer = self._key_buffer.index_select(0, index)
+            self._value_buffer = self._value_buffer.index_select(0, index)
+            self.key = self._key_buffer[:, :, : self.length]
+            self.value = self._value_buffer[:, :, : self.length]
+        else:
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
+
+
+def _buffer(like: Tensor, needed: int) -> Tensor:
+    """An empty ``(B, H, capacity, Dh)`` buffer for ``needed`` positions, with room to grow."""
+    b, h, _, d = like.shape
+    return like.new_empty(b, h, max(2 * needed, 16), d)
 
 
 def _split_heads(x: Tensor, num_heads: int) -> Tensor:

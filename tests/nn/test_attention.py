@@ -1,0 +1,57 @@
+"""odet.nn.attention.KVCache: the preallocated (no-grad) cache equals concatenation."""
+
+from __future__ import annotations
+
+import torch
+
+from odet.nn.attention import KVCache
+
+
+def _steps(n: int, rows: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(0)
+    return [(torch.randn(rows, 2, 1, 4, generator=gen), torch.randn(rows, 2, 1, 5, generator=gen))
+            for _ in range(n)]  # fmt: skip
+
+
+def test_no_grad_appends_grow_past_capacity_and_equal_concatenation() -> None:
+    steps = _steps(40)  # the buffer starts with room for 16 and must double twice
+    cache = KVCache()
+    with torch.no_grad():
+        for k, v in steps:
+            key, value = cache.append(k, v)
+    torch.testing.assert_close(key, torch.cat([k for k, _ in steps], dim=2), rtol=0, atol=0)
+    torch.testing.assert_close(value, torch.cat([v for _, v in steps], dim=2), rtol=0, atol=0)
+    assert cache.length == 40 and key.shape == (3, 2, 40, 4)
+
+
+def test_reorder_between_appends_matches_the_concatenating_cache() -> None:
+    steps = _steps(20)
+    fast, slow = KVCache(), KVCache(preallocate=False)
+    index = torch.tensor([2, 2, 0])
+    with torch.no_grad():
+        for t, (k, v) in enumerate(steps):
+            for cache in (fast, slow):
+                cache.append(k, v)
+                if t % 3 == 1:
+                    cache.reorder(index)
+    torch.testing.assert_close(fast.key, slow.key, rtol=0, atol=0)
+    torch.testing.assert_close(fast.value, slow.value, rtol=0, atol=0)
+
+
+def test_appends_with_grad_enabled_concatenate_and_backpropagate() -> None:
+    k = torch.randn(1, 1, 2, 3, requires_grad=True)
+    cache = KVCache()
+    cache.append(k, k)
+    key, _ = cache.append(k * 2, k * 2)
+    key.sum().backward()
+    torch.testing.assert_close(k.grad, torch.full_like(k, 3.0))
+
+
+def test_switching_to_no_grad_keeps_the_positions_filled_with_grad() -> None:
+    steps = _steps(3)
+    cache = KVCache()
+    cache.append(*steps[0])
+    with torch.no_grad():
+        cache.append(*steps[1])
+        key, _ = cache.append(*steps[2])
+    torch.testing.assert_close(key, torch.cat([k for k, _ in steps], dim=2), rtol=0, atol=0)
