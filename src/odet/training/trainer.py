@@ -9,6 +9,7 @@ position in the data), so a stopped run continues as if it had never stopped.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from odet.data import (
@@ -40,11 +42,13 @@ from odet.generation.text import GenerationConfig, Translator
 from odet.models import Seq2Seq
 from odet.training.checkpoint import (
     TrainerState,
+    checkpoint_name,
     latest_checkpoint,
     read_index,
     save_checkpoint,
 )
 from odet.training.config import DataConfig, TrainConfig
+from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.loss import label_smoothed_loss
 from odet.training.metrics import MetricsLog, plot_learning_curve
 from odet.training.schedule import inverse_sqrt_schedule
@@ -128,13 +132,17 @@ def encode_split(
 
 
 @contextlib.contextmanager
-def autocast(precision: str) -> Iterator[None]:
-    """bf16 autocast on CPU, with SDPA's math backend (its flash backward is slow on CPU)."""
+def autocast(precision: str, device: torch.device) -> Iterator[None]:
+    """bf16 autocast; on CPU with SDPA's math backend (the default kernel's backward is slow)."""
     if precision != "bf16":
         yield
         return
-    with torch.autocast("cpu", dtype=torch.bfloat16), sdpa_kernel([SDPBackend.MATH]):
-        yield
+    if device.type == "cpu":
+        with torch.autocast("cpu", dtype=torch.bfloat16), sdpa_kernel([SDPBackend.MATH]):
+            yield
+    else:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
 
 
 class _StopSignals:
@@ -160,21 +168,55 @@ class _StopSignals:
             signal.signal(sig, handler)
 
 
+def _parameter_digest(model: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 class Trainer:
-    """One training run (see ``train``)."""
+    """One training run (see ``train``); under ``torchrun`` one rank of a data-parallel job.
+
+    Every rank reads the data and takes its own shard of each epoch's batches; rank 0 alone
+    writes (config, tokenizer, metrics, checkpoints, plots) and validates. Decisions that must
+    agree across ranks (stopping, the best checkpoint) are reduced or broadcast.
+    """
 
     def __init__(self, config: TrainConfig, *, progress: bool | None = None):
         self.config = config
+        self.dist = init_distributed()
+        self.device = self._pick_device()
         self.out = Path(config.output_dir)
-        self.progress = config.train.progress if progress is None else progress
-        self._check_output_dir()
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.progress = (config.train.progress if progress is None else progress) and (
+            self.dist.is_main
+        )
         self.ckpt_root = self.out / "checkpoints"
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
-        self._log_handler = logging.FileHandler(self.out / "train.log", encoding="utf-8")
-        self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        logging.getLogger("odet").addHandler(self._log_handler)
-        logging.getLogger("odet").setLevel(logging.INFO)
+        self._log_handler: logging.Handler | None = None
+        if self.dist.is_main:
+            self._check_output_dir()
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._log_handler = logging.FileHandler(self.out / "train.log", encoding="utf-8")
+            self._log_handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+            )
+            logging.getLogger("odet").addHandler(self._log_handler)
+            logging.getLogger("odet").setLevel(logging.INFO)
+        else:
+            logging.getLogger("odet").setLevel(logging.WARNING)
+        self.dist.barrier()
+
+    def _pick_device(self) -> torch.device:
+        choice = self.config.train.device
+        if self.dist.enabled:
+            return self.dist.device
+        if choice == "cuda" and not torch.cuda.is_available():
+            raise ValueError("train.device is 'cuda' but no CUDA device is available")
+        if choice == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(choice)
 
     def _check_output_dir(self) -> None:
         if not self.out.exists():
@@ -189,37 +231,36 @@ class Trainer:
             )
 
     def close(self) -> None:
-        logging.getLogger("odet").removeHandler(self._log_handler)
-        self._log_handler.close()
+        if self._log_handler is not None:
+            logging.getLogger("odet").removeHandler(self._log_handler)
+            self._log_handler.close()
+        shutdown_distributed(self.dist)
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
         c = self.config
         if c.train.threads:
             torch.set_num_threads(c.train.threads)
-        torch.manual_seed(c.seed)
-        (self.out / "config.yaml").write_text(c.to_yaml(), encoding="utf-8")
+        torch.manual_seed(c.seed + self.dist.rank)
+        if self.dist.is_main:
+            (self.out / "config.yaml").write_text(c.to_yaml(), encoding="utf-8")
 
         train_pairs = read_split(c.data, c.data.train)
         tok_dir = self.out / "tokenizer"
-        if (tok_dir / "tokenizer.model").is_file() or (tok_dir / "tokenizer.src.model").is_file():
-            self.tokenizers = TokenizerPair.load(tok_dir)
-            logger.info("loaded tokenizer from %s", tok_dir)
-        else:
+        if self.dist.is_main and not (
+            (tok_dir / "tokenizer.model").is_file() or (tok_dir / "tokenizer.src.model").is_file()
+        ):
             started = time.perf_counter()
-            self.tokenizers = train_tokenizers(c.data, train_pairs)
-            self.tokenizers.save(tok_dir)
-            logger.info(
-                "trained tokenizer (%d pieces) in %.1fs",
-                self.tokenizers.source.vocab_size,
-                time.perf_counter() - started,
-            )
+            train_tokenizers(c.data, train_pairs).save(tok_dir)
+            logger.info("trained the tokenizer in %.1fs", time.perf_counter() - started)
+        self.dist.barrier()
+        self.tokenizers = TokenizerPair.load(tok_dir)
         self.train_set = encode_split(
             c.data, train_pairs, self.tokenizers, filter_lengths=True, progress=self.progress
         )
         self.valid_pairs: TextPairs | None = None
         self.valid_set: ParallelDataset | None = None
-        if c.data.valid:
+        if c.data.valid and self.dist.is_main:
             pairs = read_split(c.data, c.data.valid)
             if c.data.valid_limit and len(pairs) > c.data.valid_limit:
                 n = c.data.valid_limit
@@ -244,9 +285,12 @@ class Trainer:
             c.train.max_tokens,
             max_sentences=c.train.max_sentences or None,
             seed=c.seed,
+            num_shards=self.dist.world_size,
+            shard_index=self.dist.rank,
         )
         tgt_vocab = None if self.tokenizers.is_joint else self.tokenizers.target.vocab_size
         self.model = Seq2Seq(c.model_config(self.tokenizers.source.vocab_size, tgt_vocab))
+        self.model.to(self.device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=c.optim.lr,
@@ -259,29 +303,42 @@ class Trainer:
         )
         self.state = TrainerState()
         logger.info(
-            "model: %s encoder, %s decoder, %d parameters; %d training pairs in %d "
-            "batches per epoch",
+            "model: %s encoder, %s decoder, %d parameters; %d training pairs in %d batches per "
+            "epoch%s; device %s",
             self.model.config.encoder_method,
             self.model.config.decoder_method,
             self.model.num_parameters(),
             len(self.train_set),
-            len(self.batcher),
+            self.batcher.num_batches,
+            f" over {self.dist.world_size} ranks" if self.dist.enabled else "",
+            self.device,
         )
         self._resume()
+        self.ddp: torch.nn.Module = (
+            DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+            if self.dist.enabled
+            else self.model
+        )
 
     def _resume(self) -> None:
         checkpoint = latest_checkpoint(self.ckpt_root)
+        self.dist.barrier()
         if checkpoint is None:
-            self.metrics.truncate_after(0)
+            if self.dist.is_main:
+                self.metrics.truncate_after(0)
             return
         loaded = Seq2Seq.from_pretrained(checkpoint.path)
         self.model.load_state_dict(loaded.state_dict())
         self.optimizer.load_state_dict(checkpoint.optimizer)
         self.scheduler.load_state_dict(checkpoint.scheduler)
-        torch.set_rng_state(checkpoint.rng)
+        if not self.dist.enabled:
+            torch.set_rng_state(checkpoint.rng)
         self.state = checkpoint.state
         self.batcher.load_state_dict(self.state.batcher)
-        self.metrics.truncate_after(self.state.step)
+        if self.dist.is_main:
+            self.metrics.truncate_after(self.state.step)
         logger.info(
             "resumed from %s (update %d, epoch %d)",
             checkpoint.path.name,
@@ -300,11 +357,11 @@ class Trainer:
                 epoch_completed = self.batcher.state_dict()["position"] == 0
                 if epoch_completed and stop_reason in ("", "max_updates", "max_minutes"):
                     stop_reason = self._end_of_epoch(started) or stop_reason
-            if signals.received is not None:
+            if stop_reason == "signal":
                 self._save(started, is_best=False)
                 raise TrainingInterruptedError(
-                    f"stopped by signal {signals.received} at update {self.state.step}; "
-                    f"checkpoint saved in {self.ckpt_root}; run the same command to resume"
+                    f"stopped by a signal at update {self.state.step}; checkpoint saved in "
+                    f"{self.ckpt_root}; run the same command to resume"
                 )
         last = self._save(started, is_best=False)
         logger.info(
@@ -328,9 +385,9 @@ class Trainer:
 
     def _train_epoch(self, started: float, signals: _StopSignals) -> str:
         c = self.config
-        model, pad = self.model, self.model.config.pad_id
+        model, pad = self.ddp, self.model.config.pad_id
         model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in self.model.parameters() if p.requires_grad]
         accum = tokens = 0
         loss_sum = nll_sum = 0.0
         window_tokens, window_start = 0, time.perf_counter()
@@ -348,49 +405,73 @@ class Trainer:
         )
         try:
             for indices in self.batcher:
-                batch = self.train_set.batch(indices)
-                with autocast(c.train.precision):
-                    logits = model(batch.src, batch.tgt_in)
-                    loss, nll, ntok = label_smoothed_loss(
-                        logits, batch.tgt_out, smoothing=c.optim.label_smoothing, pad_id=pad
-                    )
-                loss.backward()
+                batch = self.train_set.batch(indices).to(self.device)
+                last_of_epoch = self.batcher.state_dict()["position"] >= len(self.batcher)
+                updating = accum + 1 >= c.train.update_freq or last_of_epoch
+                sync = contextlib.nullcontext()
+                if self.dist.enabled and not updating:
+                    sync = self.ddp.no_sync()  # type: ignore[operator]
+                with sync:
+                    with autocast(c.train.precision, self.device):
+                        logits = model(batch.src, batch.tgt_in)
+                        loss, nll, ntok = label_smoothed_loss(
+                            logits, batch.tgt_out, smoothing=c.optim.label_smoothing, pad_id=pad
+                        )
+                    loss.backward()
                 accum += 1
                 tokens += ntok
                 loss_sum += loss.item()
                 nll_sum += nll.item()
-                last_of_epoch = self.batcher.state_dict()["position"] >= len(self.batcher)
-                if accum < c.train.update_freq and not last_of_epoch:
+                if not updating:
                     continue
+                # Gradients of the summed loss, normalised by the update's target tokens over
+                # all ranks (DDP averages over ranks, hence the factor world_size).
+                over_time = bool(c.train.max_minutes) and (
+                    time.perf_counter() - started >= 60 * c.train.max_minutes
+                )
+                total_tokens, total_loss, total_nll, stop_flag, time_flag = (
+                    self.dist.all_reduce_sum(
+                        [
+                            tokens,
+                            loss_sum,
+                            nll_sum,
+                            float(signals.received is not None),
+                            float(over_time),
+                        ]
+                    )
+                )
+                scale = self.dist.world_size / max(total_tokens, 1.0)
                 for p in params:
                     if p.grad is not None:
-                        p.grad.div_(max(tokens, 1))
+                        p.grad.mul_(scale)
                 if c.optim.clip_norm:
                     torch.nn.utils.clip_grad_norm_(params, c.optim.clip_norm)
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.state.step += 1
-                self.state.target_tokens += tokens
-                window_tokens += tokens
+                self.state.target_tokens += int(total_tokens)
+                window_tokens += int(total_tokens)
                 self.state.elapsed_seconds = time.perf_counter() - started
-                loss_value, nll_value = loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)
+                loss_value = total_loss / max(total_tokens, 1.0)
+                nll_value = total_nll / max(total_tokens, 1.0)
                 bar.update(1)
                 if self.state.step % c.train.log_every == 0 or self.state.step == 1:
                     elapsed = time.perf_counter() - window_start
                     speed = window_tokens / max(elapsed, 1e-9)
                     lr = self.scheduler.get_last_lr()[0]
                     bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:.0f}")
-                    self.metrics.write(
-                        "train",
-                        step=self.state.step,
-                        epoch=epoch + 1,
-                        loss=loss_value,
-                        nll=nll_value,
-                        lr=lr,
-                        target_tokens_per_s=speed,
-                        elapsed=self.state.elapsed_seconds,
-                    )
+                    if self.dist.is_main:
+                        self.metrics.write(
+                            "train",
+                            step=self.state.step,
+                            epoch=epoch + 1,
+                            loss=loss_value,
+                            nll=nll_value,
+                            lr=lr,
+                            target_tokens_per_s=speed,
+                            elapsed=self.state.elapsed_seconds,
+                        )
                     window_tokens, window_start = 0, time.perf_counter()
                 if not math.isfinite(loss_value):
                     raise FloatingPointError(
@@ -401,11 +482,11 @@ class Trainer:
                 loss_sum = nll_sum = 0.0
                 if c.train.save_every_updates and self.state.step % c.train.save_every_updates == 0:
                     self._save(started, is_best=False)
-                if signals.received is not None:
+                if stop_flag:
                     return "signal"
                 if c.train.max_updates and self.state.step >= c.train.max_updates:
                     return "max_updates"
-                if c.train.max_minutes and self.state.elapsed_seconds >= 60 * c.train.max_minutes:
+                if time_flag:
                     return "max_minutes"
         finally:
             bar.close()
@@ -413,7 +494,8 @@ class Trainer:
 
     def _end_of_epoch(self, started: float) -> str:
         self.state.epoch = self.batcher.epoch
-        metrics = self.validate()
+        metrics = self.validate() if self.dist.is_main else {}
+        metrics = self.dist.broadcast_object(metrics)  # type: ignore[assignment]
         is_best = False
         if metrics:
             key = self.config.train.best_metric
@@ -431,20 +513,21 @@ class Trainer:
                 is_best = True
             else:
                 self.state.bad_epochs += 1
-            self.metrics.write("valid", step=self.state.step, epoch=self.state.epoch, **metrics)
-            logger.info(
-                "epoch %d: %s",
-                self.state.epoch,
-                ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()),
-            )
-            if self.progress:
-                tqdm.write(
-                    f"epoch {self.state.epoch} | update {self.state.step} | "
-                    + " | ".join(f"valid {k} {v:.2f}" for k, v in metrics.items())
+            if self.dist.is_main:
+                self.metrics.write("valid", step=self.state.step, epoch=self.state.epoch, **metrics)
+                logger.info(
+                    "epoch %d: %s",
+                    self.state.epoch,
+                    ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()),
                 )
-            plot_learning_curve(
-                self.metrics.read(), self.out / "learning_curve.png", title=self.out.name
-            )
+                if self.progress:
+                    tqdm.write(
+                        f"epoch {self.state.epoch} | update {self.state.step} | "
+                        + " | ".join(f"valid {k} {v:.2f}" for k, v in metrics.items())
+                    )
+                plot_learning_curve(
+                    self.metrics.read(), self.out / "learning_curve.png", title=self.out.name
+                )
         self._save(started, is_best=is_best)
         patience = self.config.train.patience
         if patience and self.state.bad_epochs >= patience:
@@ -452,19 +535,24 @@ class Trainer:
         return ""
 
     def _save(self, started: float, *, is_best: bool) -> Path:
+        """Rank 0 writes the checkpoint; every rank waits for it and gets its path."""
         self.state.elapsed_seconds = time.perf_counter() - started
         self.state.batcher = dict(self.batcher.state_dict())
-        return save_checkpoint(
-            self.ckpt_root,
-            model=self.model,
-            tokenizers=self.tokenizers,
-            config_yaml=self.config.to_yaml(),
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            state=self.state,
-            keep_last=self.config.train.keep_last,
-            is_best=is_best,
-        )
+        path = self.ckpt_root / checkpoint_name(self.state.step)
+        if self.dist.is_main:
+            path = save_checkpoint(
+                self.ckpt_root,
+                model=self.model,
+                tokenizers=self.tokenizers,
+                config_yaml=self.config.to_yaml(),
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                state=self.state,
+                keep_last=self.config.train.keep_last,
+                is_best=is_best,
+            )
+        self.dist.barrier()
+        return path
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -482,8 +570,8 @@ class Trainer:
         )
         nll_sum, tokens = 0.0, 0
         for indices in batcher:
-            batch = dataset.batch(indices)
-            with autocast(self.config.train.precision):
+            batch = dataset.batch(indices).to(self.device)
+            with autocast(self.config.train.precision, self.device):
                 logits = self.model(batch.src, batch.tgt_in)
             _, nll, ntok = label_smoothed_loss(
                 logits, batch.tgt_out, smoothing=0.0, pad_id=self.model.config.pad_id
@@ -508,7 +596,7 @@ class Trainer:
 
     def translate(self, sentences: list[str], search: GenerationConfig | None = None) -> list[str]:
         translator = Translator(self.model, self.tokenizers, search or self.config.generation)
-        with autocast(self.config.train.precision):
+        with autocast(self.config.train.precision, self.device):
             return translator.translate(sentences, progress=self.progress)
 
     def _references(self, pairs: TextPairs, extra_files: tuple[str, ...]) -> list[list[str]]:
@@ -526,9 +614,26 @@ class Trainer:
         return [[t, *(e[i] for e in extras)] for i, t in enumerate(pairs.target)]
 
     def _finish(self, last: Path) -> TrainResult:
+        digests = self.dist.all_gather_object(_parameter_digest(self.model))
+        consistent = len(set(digests)) == 1
+        if not consistent:
+            raise RuntimeError(f"ranks ended with different parameters: {digests}")
         index = read_index(self.ckpt_root)
         best = self.ckpt_root / index["best"] if index.get("best") else None
-        valid = {r: v for r, v in (self.validate() or {}).items()} if best is None else {}
+        result = TrainResult(
+            output_dir=self.out,
+            steps=self.state.step,
+            epochs=self.state.epoch,
+            elapsed_seconds=self.state.elapsed_seconds,
+            best_metric=self.state.best_metric,
+            best_checkpoint=best,
+            last_checkpoint=last,
+            valid={},
+            test={},
+        )
+        if not self.dist.is_main:
+            return result
+        valid = self.validate() if best is None else {}
         test: dict[str, float] = {}
         if self.config.data.test:
             if best is not None:
@@ -541,17 +646,7 @@ class Trainer:
             test = score_text("bleu" if metric == "none" else metric, hyps, refs, pairs.source)
             self.metrics.write("test", step=self.state.step, **test)
             logger.info("test: %s", test)
-        result = TrainResult(
-            output_dir=self.out,
-            steps=self.state.step,
-            epochs=self.state.epoch,
-            elapsed_seconds=self.state.elapsed_seconds,
-            best_metric=self.state.best_metric,
-            best_checkpoint=best,
-            last_checkpoint=last,
-            valid=valid,
-            test=test,
-        )
+        result = replace(result, valid=valid, test=test)
         summary = {
             "steps": result.steps,
             "epochs": result.epochs,
@@ -560,6 +655,9 @@ class Trainer:
             "best_checkpoint": str(best) if best else None,
             "last_checkpoint": str(last),
             "parameters": self.model.num_parameters(),
+            "world_size": self.dist.world_size,
+            "parameters_identical_across_ranks": consistent,
+            "parameter_digest": digests[0],
             "test": test,
         }
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,59 @@
+"""``torchrun --nproc_per_node=2`` (gloo, CPU) against one process with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from odet.models import Seq2Seq
+from odet.training import TrainConfig, train
+from tests.training.conftest import tiny_config, write_config
+
+
+def _train_losses(run) -> dict[int, float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if r["event"] == "train"}
+
+
+def test_two_rank_ddp_matches_one_process_with_the_same_global_batch(copy_data, tmp_path):
+    # Two ranks each take every other batch of the epoch's order, so one DDP update covers the
+    # same two batches that a single process accumulates with update_freq=2. Dropout is off so
+    # the random streams do not differ.
+    common = dict(model={"dropout": 0.0}, train={"max_updates": 6, "max_tokens": 400})
+    single = tiny_config(copy_data, tmp_path / "single", **common)
+    single["train"]["update_freq"] = 2
+    train(TrainConfig.from_dict(single))
+
+    config = write_config(tmp_path / "ddp.yaml", tiny_config(copy_data, tmp_path / "ddp", **common))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "odet.cli",
+        "train",
+        str(config),
+        "--no-progress",
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    expected, actual = _train_losses(tmp_path / "single"), _train_losses(tmp_path / "ddp")
+    assert sorted(actual) == sorted(expected) == [1, 2, 3, 4, 5, 6]
+    for step, loss in expected.items():
+        assert abs(actual[step] - loss) <= 1e-5 * max(1.0, abs(loss)), (step, actual, expected)
+    summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["parameters_identical_across_ranks"]
+    ddp_model = Seq2Seq.from_pretrained(summary["last_checkpoint"]).state_dict()
+    single_summary = json.loads((tmp_path / "single" / "summary.json").read_text())
+    for name, value in (
+        Seq2Seq.from_pretrained(single_summary["last_checkpoint"]).state_dict().items()
+    ):
+        torch.testing.assert_close(ddp_model[name], value, rtol=1e-4, atol=1e-6)
