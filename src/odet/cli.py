@@ -15,6 +15,7 @@ from pathlib import Path
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_TRAINING_FAILED = 1
 
 
 # ---------------------------------------------------------------------------- commands
@@ -261,6 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("odet: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except FloatingPointError as err:
+        print(f"odet: error: {err}", file=sys.stderr)
+        return EXIT_TRAINING_FAILED
     except _user_errors() as err:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if isinstance(err, OSError) and err.filename and str(err.filename) not in message:

@@ -59,6 +59,8 @@ class TrainerState:
     bad_epochs: int = 0
     elapsed_seconds: float = 0.0
     target_tokens: int = 0
+    skipped_updates: int = 0
+    bad_in_a_row: int = 0
 
 
 @dataclass
@@ -190,6 +192,19 @@ def load_checkpoint(path: Path) -> Checkpoint:
     except (OSError, ValueError, TypeError, KeyError, RuntimeError) as err:
         raise CheckpointError(f"{path} cannot be read: {err}") from None
     return Checkpoint(path, state, blob["optimizer"], blob["scheduler"], rng)
+
+
+def remove_partial_writes(root: Path) -> list[Path]:
+    """Delete temporary files/directories left by a process killed while saving."""
+    removed = []
+    for path in root.glob(".*"):
+        if path.name.startswith((".step_", f".{INDEX_NAME}.")):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def latest_checkpoint(root: Path) -> Checkpoint | None:

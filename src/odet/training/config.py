@@ -120,6 +120,7 @@ class LoopConfig:
     threads: int = 0
     save_every_updates: int = 0
     keep_last: int = 3
+    max_bad_updates: int = 5
     patience: int = 0
     valid_metric: Literal["none", "bleu", "chrf", "rouge", "gleu"] = "bleu"
     valid_beam_size: int = 1
@@ -142,6 +143,7 @@ class LoopConfig:
         ):
             check(getattr(self, key) >= 0, f"train.{key} must be >= 0 (0 disables it)")
         check(self.keep_last >= 1, "train.keep_last must be >= 1")
+        check(self.max_bad_updates >= 1, "train.max_bad_updates must be >= 1")
         check(self.log_every >= 1, "train.log_every must be >= 1")
         check(self.valid_beam_size >= 1, "train.valid_beam_size must be >= 1")
         check(

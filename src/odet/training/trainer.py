@@ -45,6 +45,7 @@ from odet.training.checkpoint import (
     checkpoint_name,
     latest_checkpoint,
     read_index,
+    remove_partial_writes,
     save_checkpoint,
 )
 from odet.training.config import DataConfig, TrainConfig
@@ -323,6 +324,10 @@ class Trainer:
         )
 
     def _resume(self) -> None:
+        if self.dist.is_main and self.ckpt_root.is_dir():
+            for path in remove_partial_writes(self.ckpt_root):
+                logger.warning("removed %s, left by an interrupted checkpoint write", path.name)
+        self.dist.barrier()
         checkpoint = latest_checkpoint(self.ckpt_root)
         self.dist.barrier()
         if checkpoint is None:
@@ -444,8 +449,30 @@ class Trainer:
                 for p in params:
                     if p.grad is not None:
                         p.grad.mul_(scale)
-                if c.optim.clip_norm:
-                    torch.nn.utils.clip_grad_norm_(params, c.optim.clip_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    params, c.optim.clip_norm or float("inf")
+                )
+                if not (math.isfinite(total_loss) and torch.isfinite(grad_norm)):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.state.skipped_updates += 1
+                    self.state.bad_in_a_row += 1
+                    logger.warning(
+                        "non-finite %s at update %d: step skipped (%d in a row, %d in total)",
+                        "loss" if not math.isfinite(total_loss) else "gradients",
+                        self.state.step + 1,
+                        self.state.bad_in_a_row,
+                        self.state.skipped_updates,
+                    )
+                    if self.state.bad_in_a_row >= c.train.max_bad_updates:
+                        raise FloatingPointError(
+                            f"{self.state.bad_in_a_row} updates in a row had non-finite loss or "
+                            f"gradients (at update {self.state.step + 1}); lower optim.lr, "
+                            "enable optim.clip_norm, or check the data"
+                        )
+                    accum = tokens = 0
+                    loss_sum = nll_sum = 0.0
+                    continue
+                self.state.bad_in_a_row = 0
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
@@ -473,11 +500,6 @@ class Trainer:
                             elapsed=self.state.elapsed_seconds,
                         )
                     window_tokens, window_start = 0, time.perf_counter()
-                if not math.isfinite(loss_value):
-                    raise FloatingPointError(
-                        f"non-finite loss {loss_value} at update {self.state.step}; lower "
-                        "optim.lr or enable optim.clip_norm"
-                    )
                 accum = tokens = 0
                 loss_sum = nll_sum = 0.0
                 if c.train.save_every_updates and self.state.step % c.train.save_every_updates == 0:

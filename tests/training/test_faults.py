@@ -1,0 +1,151 @@
+"""Faults during training: non-finite losses, SIGKILL mid-run (also mid-checkpoint), SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+import odet.training.trainer as trainer_module
+from odet.cli import main
+from odet.models import Seq2Seq
+from odet.training import TrainConfig, train
+from odet.training.checkpoint import latest_checkpoint
+from tests.training.conftest import tiny_config, write_config
+
+
+def _nan_on_calls(monkeypatch, calls: set[int]) -> None:
+    real = trainer_module.label_smoothed_loss
+    count = {"n": 0}
+
+    def flaky(logits, target, **kwargs):
+        count["n"] += 1
+        loss, nll, ntok = real(logits, target, **kwargs)
+        if count["n"] in calls:
+            loss = loss * float("nan")
+        return loss, nll, ntok
+
+    monkeypatch.setattr(trainer_module, "label_smoothed_loss", flaky)
+
+
+def test_non_finite_loss_skips_the_update_and_training_goes_on(copy_data, tmp_path, monkeypatch):
+    _nan_on_calls(monkeypatch, {3})
+    config = tiny_config(copy_data, tmp_path / "run", train={"max_updates": 6})
+    result = train(TrainConfig.from_dict(config))
+    state = latest_checkpoint(tmp_path / "run" / "checkpoints").state
+    assert result.steps == 6 and state.skipped_updates == 1 and state.bad_in_a_row == 0
+    model = Seq2Seq.from_pretrained(result.last_checkpoint)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_too_many_non_finite_updates_in_a_row_stop_with_a_clear_message(
+    copy_data, tmp_path, monkeypatch, capsys
+):
+    _nan_on_calls(monkeypatch, set(range(2, 100)))
+    config = tiny_config(copy_data, tmp_path / "run", train={"max_bad_updates": 3})
+    assert main(["train", str(write_config(tmp_path / "c.yaml", config))]) == 1
+    assert "3 updates in a row had non-finite loss or gradients" in capsys.readouterr().err
+
+
+def _command(config_path) -> list[str]:
+    return [sys.executable, "-m", "odet.cli", "train", str(config_path), "--no-progress"]
+
+
+def _final_weights(run):
+    checkpoint = json.loads((run / "summary.json").read_text())["last_checkpoint"]
+    return Seq2Seq.from_pretrained(checkpoint).state_dict()
+
+
+def _newest_step(run) -> int:
+    index = run / "checkpoints" / "index.json"
+    try:
+        return json.loads(index.read_text())["checkpoints"][-1]["step"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
+
+
+def test_sigkill_mid_run_then_resume_gives_the_same_weights(copy_data, tmp_path):
+    """Kill -9 three times at random moments (a checkpoint is written after every update, so
+    kills land inside writes too), restart each time, and end with the uninterrupted weights."""
+    budget = {"max_updates": 30, "max_epochs": 3, "save_every_updates": 1, "keep_last": 2}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight = tiny_config(copy_data, tmp_path / "straight", train=budget)
+    subprocess.run(
+        _command(write_config(tmp_path / "s.yaml", straight)),
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+    run = tmp_path / "killed"
+    config = write_config(tmp_path / "k.yaml", tiny_config(copy_data, run, train=budget))
+    rng = random.Random(0)
+    kills, seen = 0, 0
+    while kills < 3:
+        process = subprocess.Popen(
+            _command(config), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        while process.poll() is None and _newest_step(run) < seen + 4:
+            time.sleep(0.02)
+        if process.poll() is not None:
+            break
+        time.sleep(rng.uniform(0.0, 0.15))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        kills += 1
+        seen = _newest_step(run)
+    assert kills == 3
+    subprocess.run(_command(config), env=env, check=True, capture_output=True, timeout=300)
+    assert [p.name for p in (run / "checkpoints").glob(".*")] == []
+    expected, actual = _final_weights(tmp_path / "straight"), _final_weights(run)
+    for name, value in expected.items():
+        torch.testing.assert_close(actual[name], value, rtol=0, atol=0)
+
+
+def test_a_write_cut_short_is_cleaned_up_and_the_previous_checkpoint_resumes(copy_data, tmp_path):
+    config = tiny_config(
+        copy_data,
+        tmp_path / "run",
+        train={"max_updates": 4, "save_every_updates": 2, "keep_last": 3},
+    )
+    train(TrainConfig.from_dict(config))
+    root = tmp_path / "run" / "checkpoints"
+    newest = latest_checkpoint(root)
+    # What a SIGKILL inside save_checkpoint can leave: a temp directory, a temp index, and a
+    # renamed checkpoint missing files (if the kill hit during an in-place overwrite).
+    (root / ".step_0000006.abc").mkdir()
+    (root / ".step_0000006.abc" / "model.safetensors").write_bytes(b"partial")
+    (root / ".index.json.xyz.tmp").write_text("{")
+    (newest.path / "checksums.json").unlink()
+    resumed = tiny_config(copy_data, tmp_path / "run", train={"max_updates": 5})
+    result = train(TrainConfig.from_dict(resumed))
+    assert result.steps == 5
+    assert [p.name for p in root.glob(".*")] == []
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(copy_data, tmp_path):
+    config = write_config(
+        tmp_path / "c.yaml",
+        tiny_config(copy_data, tmp_path / "run", train={"max_epochs": 50, "max_tokens": 200}),
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        _command(config), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 120
+    while not (tmp_path / "run" / "metrics.jsonl").is_file() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "checkpoint saved" in err and "Traceback" not in err
+    state = latest_checkpoint(tmp_path / "run" / "checkpoints").state
+    assert state.step > 0
