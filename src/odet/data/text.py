@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -128,10 +129,14 @@ def open_binary(path: PathLike) -> BinaryIO:
     return gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[return-value]
 
 
-def _raw_lines(handle: BinaryIO) -> Iterator[bytes]:
-    """Lines of a binary stream split on ``\\n`` only, without the line terminator."""
-    for line in handle:
-        yield line.rstrip(b"\n")
+def _raw_lines(handle: BinaryIO, path: PathLike) -> Iterator[bytes]:
+    """Lines of a binary stream split on ``\\n`` only, without the line terminator; a corrupt or
+    truncated gzip stream is a ``DataError`` naming ``path``."""
+    try:
+        for line in handle:
+            yield line.rstrip(b"\n")
+    except (EOFError, OSError, zlib.error) as error:
+        raise DataError(f"{path} cannot be read (corrupt or truncated gzip?): {error}") from None
 
 
 def _decode(raw: bytes, first: bool) -> str | None:
@@ -150,7 +155,7 @@ def read_lines(path: PathLike) -> TextLines:
     skipped: Counter[str] = Counter()
     total = 0
     with open_binary(path) as handle:
-        for total, raw in enumerate(_raw_lines(handle), start=1):
+        for total, raw in enumerate(_raw_lines(handle, path), start=1):
             text = _decode(raw, total == 1)
             if text is None:
                 skipped["invalid_utf8"] += 1
@@ -175,7 +180,9 @@ def read_parallel_text(source_path: PathLike, target_path: PathLike) -> TextPair
     skipped: Counter[str] = Counter()
     counts = [0, 0]
     with open_binary(source_path) as src_handle, open_binary(target_path) as tgt_handle:
-        lines = zip_longest(_raw_lines(src_handle), _raw_lines(tgt_handle))
+        lines = zip_longest(
+            _raw_lines(src_handle, source_path), _raw_lines(tgt_handle, target_path)
+        )
         for src_raw, tgt_raw in lines:
             counts[0] += src_raw is not None
             counts[1] += tgt_raw is not None
@@ -220,7 +227,7 @@ def read_jsonl_pairs(
     skipped: Counter[str] = Counter()
     total = 0
     with open_binary(path) as handle:
-        for total, raw in enumerate(_raw_lines(handle), start=1):
+        for total, raw in enumerate(_raw_lines(handle, path), start=1):
             text = _decode(raw, total == 1)
             if text is None:
                 skipped["invalid_utf8"] += 1
