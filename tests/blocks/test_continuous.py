@@ -2,7 +2,12 @@ import pytest
 import torch
 from torch import nn
 
-from odet.blocks.continuous import ContinuousEncoder, ContinuousStack, merge_stats
+from odet.blocks.continuous import (
+    ContinuousEncoder,
+    ContinuousStack,
+    build_continuous_encoder,
+    merge_stats,
+)
 from odet.nn.time import TimeConditionedEncoderField
 from odet.ode import SolveStatus
 
@@ -204,3 +209,15 @@ def test_encoder_rejects_mixed_arclength_and_bad_mask():
         ContinuousEncoder([ContinuousStack(CubicField(), arclength=a) for a in (True, False)])
     with pytest.raises(ValueError, match=r"padding_mask must be \(B, T\)"):
         ContinuousStack(CubicField())(torch.zeros(2, 3, 4), padding_mask=torch.zeros(2, 4).bool())
+
+
+def test_build_continuous_encoder_gives_each_stack_its_own_field_and_options():
+    encoder = build_continuous_encoder(
+        lambda: _attention_field("concat"), 2, solver="rk2", fixed_steps=3, arclength=True
+    )
+    assert len(encoder.stacks) == 2
+    assert encoder.stacks[0].field is not encoder.stacks[1].field
+    stats = encoder(torch.randn(2, 3, 8, dtype=torch.float64)).stats
+    assert stats.nfe.tolist() == [12, 12]  # 2 stacks × 3 steps × 2 stages
+    with pytest.raises(ValueError, match="num_layers must be >= 1"):
+        build_continuous_encoder(CubicField, 0)

@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 from odet.blocks import ImplicitEulerBlock, ODEBlock
+from tests.blocks.fields import ZeroField
 
 
 def _contraction(d: int = 5, seed: int = 0) -> nn.Linear:
@@ -13,11 +14,6 @@ def _contraction(d: int = 5, seed: int = 0) -> nn.Linear:
     with torch.no_grad():
         layer.weight.copy_(0.5 * a / torch.linalg.matrix_norm(a, ord=2))
     return layer
-
-
-class ZeroField(nn.Module):
-    def forward(self, z, **_):
-        return torch.zeros_like(z)
 
 
 @pytest.mark.parametrize("iterations", [0, 1, 2, 3])

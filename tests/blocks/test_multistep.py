@@ -4,20 +4,7 @@ from torch import nn
 
 from odet.blocks import AdamsBashforthStack, DLCLStack, MultistepBlock, build_stack
 from odet.ode.multistep import History
-
-
-class TanhField(nn.Module):
-    def __init__(self, d: int = 6):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d, 12), nn.Tanh(), nn.Linear(12, d))
-
-    def forward(self, z):
-        return self.net(z)
-
-
-class ZeroField(nn.Module):
-    def forward(self, z, **_):
-        return torch.zeros_like(z)
+from tests.blocks.fields import TanhField, ZeroField
 
 
 def test_ab3_stack_equals_hand_formula_with_euler_then_ab2_start():

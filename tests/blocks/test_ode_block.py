@@ -9,22 +9,7 @@ from odet.blocks import (
     build_stack,
 )
 from odet.ode import TABLEAUS
-
-
-class TanhField(nn.Module):
-    """A small smooth field F(z) = W2 tanh(W1 z)."""
-
-    def __init__(self, d: int = 6):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d, 12), nn.Tanh(), nn.Linear(12, d))
-
-    def forward(self, z):
-        return self.net(z)
-
-
-class ZeroField(nn.Module):
-    def forward(self, z, **_):
-        return torch.zeros_like(z)
+from tests.blocks.fields import TanhField, ZeroField
 
 
 def _textbook(method: str, F, y):

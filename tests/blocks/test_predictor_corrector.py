@@ -6,26 +6,13 @@ from torch import nn
 
 from odet.blocks import PredictorCorrectorBlock
 from odet.ode import ButcherTableau, rk_step
+from tests.blocks.fields import TanhField, ZeroField
 
 # Heun predictor + trapezoidal corrector as one explicit RK method; the tableau's constructor
 # verifies the order-2 conditions.
 PC_HEUN_TRAPEZOID = ButcherTableau(
     a=((), (1,), (1 / 2, 1 / 2)), b=(1 / 2, 0, 1 / 2), c=(0, 1, 1), order=2, name="pc"
 )
-
-
-class TanhField(nn.Module):
-    def __init__(self, d: int = 6):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d, 12), nn.Tanh(), nn.Linear(12, d))
-
-    def forward(self, z):
-        return self.net(z)
-
-
-class ZeroField(nn.Module):
-    def forward(self, z, **_):
-        return torch.zeros_like(z)
 
 
 def test_fixed_block_equals_hand_formula_and_its_rk_tableau():

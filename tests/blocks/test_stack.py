@@ -9,6 +9,7 @@ from odet.blocks import (
     build_stack,
     coefficient_problem,
 )
+from tests.blocks.fields import ZeroField
 
 
 class CountingField(nn.Module):
@@ -22,11 +23,6 @@ class CountingField(nn.Module):
     def forward(self, z, cache=None):
         self.caches.append(cache)
         return torch.tanh(self.linear(z))
-
-
-class ZeroField(nn.Module):
-    def forward(self, z, **_):
-        return torch.zeros_like(z)
 
 
 def _options(method: str) -> dict:
