@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -205,6 +206,19 @@ def merge_stats(stats: Sequence[SolveStats]) -> SolveStats:
         t_final=sum((s.t_final for s in stats[1:]), stats[0].t_final),
         status=status,
         arclength=sum(arclengths[1:], arclengths[0]) if arclengths else None,
+    )
+
+
+def build_continuous_encoder(
+    make_field: Callable[[], nn.Module], num_layers: int, **stack_options: Any
+) -> ContinuousEncoder:
+    """``num_layers`` continuous stacks, each over a fresh field from ``make_field()`` and
+    built with ``ContinuousStack(field, **stack_options)`` — the continuous analogue of
+    :func:`odet.blocks.build_stack`."""
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    return ContinuousEncoder(
+        [ContinuousStack(make_field(), **stack_options) for _ in range(num_layers)]
     )
 
 

@@ -257,7 +257,7 @@ def _run_variant(
         postfix = {"ce": f"{loss_value:.3f}"}
         if output.stats is not None:
             postfix["nfe"] = f"{output.stats.nfe.float().mean():.1f}"
-        bar.set_postfix(postfix)
+        bar.set_postfix(postfix, refresh=False)
     train_seconds = time.perf_counter() - start
     result = _evaluate(
         model, model_config, variant, splits, config, train_seconds=train_seconds,
@@ -453,19 +453,29 @@ def _plot(results: ParityResults) -> None:
     fig.savefig(out / "accuracy_nfe_vs_length.png")
     plt.close(fig)
 
-    continuous = [r for r in results.variants if r.arclength_trained is not None]
-    if not continuous:
+    config = results.config
+    adaptive = {
+        v.name
+        for v in config.variants
+        if (c := config.classifier_config(v)).continuous and c.fixed_steps is None and c.arclength
+    }
+    swept = sorted(
+        (r for r in results.variants if r.name in adaptive), key=lambda r: r.arclength_weight
+    )
+    if not swept:
         return
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), dpi=80)
-    lams = [r.arclength_weight for r in continuous]
-    axes[0].plot(lams, [r.arclength_trained for r in continuous], "o-", label="trained lengths")
-    axes[1].plot(lams, [r.nfe_trained for r in continuous], "o-", label="trained lengths")
-    if not math.isnan(continuous[0].nfe_longer):
-        axes[0].plot(lams, [r.arclength_longer for r in continuous], "s--", label="longer")
-        axes[1].plot(lams, [r.nfe_longer for r in continuous], "s--", label="longer")
+    lams = [r.arclength_weight for r in swept]
+    series = [("trained lengths", "o-", "trained")]
+    if not math.isnan(swept[0].nfe_longer):
+        series.append(("longer", "s--", "longer"))
+    for label, style, which in series:
+        axes[0].plot(lams, [getattr(r, f"arclength_{which}") for r in swept], style, label=label)
+        axes[1].plot(lams, [getattr(r, f"nfe_{which}") for r in swept], style, label=label)
+    axes[0].set_yscale("log")
     for ax, ylabel in zip(axes, ("mean arclength ∫‖F‖dt", "mean NFE")):
         ax.set_xscale("symlog", linthresh=min([lam for lam in lams if lam > 0], default=1.0))
-        ax.set_xlabel("arclength weight λ")
+        ax.set_xlabel("arclength weight λ (adaptive continuous variants)")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
     fig.tight_layout()

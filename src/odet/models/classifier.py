@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from odet.blocks import STACK_METHODS, build_stack
-from odet.blocks.continuous import ContinuousEncoder, ContinuousStack
+from odet.blocks.continuous import build_continuous_encoder
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.nn import EncoderField, SinusoidalPositions, TokenEmbedding
 from odet.nn.time import TIME_CONDITIONINGS, TimeConditionedEncoderField
@@ -206,20 +206,15 @@ class SequenceClassifier(nn.Module):
 
 def _build_encoder(c: ClassifierConfig) -> nn.Module:
     if c.continuous:
-        return ContinuousEncoder(
-            [
-                ContinuousStack(
-                    TimeConditionedEncoderField(
-                        c.d_model, c.num_heads, c.ffn_dim, time_conditioning=c.time_conditioning,
-                        layer_norm=c.layer_norm, max_frequency=c.max_frequency,
-                        dropout=c.dropout, activation=c.activation,
-                    ),
-                    t1=c.t1, solver=c.solver, backend=c.backend, rtol=c.rtol, atol=c.atol,
-                    max_steps=c.max_steps, fixed_steps=c.fixed_steps, arclength=c.arclength,
-                    on_failure=c.on_failure,
-                )
-                for _ in range(c.encoder_layers)
-            ]
+        return build_continuous_encoder(
+            lambda: TimeConditionedEncoderField(
+                c.d_model, c.num_heads, c.ffn_dim, time_conditioning=c.time_conditioning,
+                layer_norm=c.layer_norm, max_frequency=c.max_frequency, dropout=c.dropout,
+                activation=c.activation,
+            ),
+            c.encoder_layers, t1=c.t1, solver=c.solver, backend=c.backend, rtol=c.rtol,
+            atol=c.atol, max_steps=c.max_steps, fixed_steps=c.fixed_steps,
+            arclength=c.arclength, on_failure=c.on_failure,
         )  # fmt: skip
 
     def make_field() -> EncoderField:
