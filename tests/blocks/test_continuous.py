@@ -197,6 +197,9 @@ def test_merge_stats_keeps_each_samples_first_failure():
         ({"t1": 0.0}, r"t1 must be a finite number > 0"),
         ({"backend": "scipy"}, r"unknown backend 'scipy'"),
         ({"solver": "rk4", "fixed_steps": 2, "adjoint": True}, r"adjoint=True needs"),
+        ({"rtol": 0.0, "atol": 0.0}, r"need rtol, atol >= 0, not both 0"),
+        ({"max_steps": 0}, r"max_steps must be >= 1, got 0"),
+        ({"on_failure": "ignore"}, r"unknown on_failure 'ignore'"),
     ],
 )
 def test_bad_stack_arguments_are_rejected(kwargs, message):

@@ -97,6 +97,12 @@ class ContinuousStack(nn.Module):
                     f"choose one of {list(ADAPTIVE_METHODS[backend])}, or set fixed_steps to "
                     f"use a tableau ({sorted(TABLEAUS)})"
                 )
+            if rtol < 0 or atol < 0 or rtol + atol == 0:
+                raise ValueError(f"need rtol, atol >= 0, not both 0; got {rtol}, {atol}")
+            if max_steps < 1:
+                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+            if on_failure not in ("raise", "flag"):
+                raise ValueError(f"unknown on_failure {on_failure!r}; allowed: ['raise', 'flag']")
         else:
             if isinstance(fixed_steps, bool) or not isinstance(fixed_steps, int) or fixed_steps < 1:
                 raise ValueError(f"fixed_steps must be a positive int or None, got {fixed_steps!r}")
