@@ -146,6 +146,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from odet.experiments.seq2seq import load_experiment, run_experiment
+
+    config = load_experiment(args.config, list(args.set or []))
+    run_experiment(config, progress=not args.no_progress)
+    print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def cmd_parity(args: argparse.Namespace) -> int:
+    from odet.experiments.parity import run_parity
+
+    results = run_parity(args.config, args.out, progress=not args.no_progress)
+    print((results.out_dir / "results.md").read_text(encoding="utf-8"))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "generate": cmd_generate,
@@ -153,6 +170,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "average": cmd_average,
     "data": cmd_data,
     "demo": cmd_demo,
+    "experiment": cmd_experiment,
+    "parity": cmd_parity,
 }
 
 
@@ -231,7 +250,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the end-to-end demo: Euler vs RK2 on a synthetic task")
     p.add_argument("--out", default="runs/demo", help="output directory")
     p.add_argument("--task", default="translate", choices=["copy", "reverse", "sort", "translate"])
-    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("experiment", help="train variants x seeds of a recipe; table + plots")
+    p.add_argument("config", help="experiment config (YAML), e.g. configs/experiments/*.yaml")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an override for every run, e.g. --set data.data_dir=PATH",
+    )
+    p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("parity", help="the N-ODE Transformer's parity experiment")
+    p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")
+    p.add_argument("--out", required=True, help="directory for the tables and plots")
     p.add_argument("--no-progress", action="store_true")
     return parser
 

@@ -84,6 +84,15 @@ def test_every_shipped_config_loads_and_builds(path):
     from odet.config import load_yaml
     from odet.models import Seq2Seq
 
+    if "experiments" in path.parts:
+        from odet.experiments.seq2seq import load_experiment
+
+        experiment = load_experiment(path)
+        for variant in experiment.variants:
+            overrides = experiment.run_overrides(variant, experiment.seeds[0])
+            config = load_train_config(REPO / experiment.base, overrides)
+            assert Seq2Seq(config.model_config(vocab_size=config.data.vocab_size))
+        return
     if "parity" in path.parts:
         from odet.experiments.parity import ParityExperimentConfig
         from odet.models.classifier import SequenceClassifier

@@ -1,0 +1,288 @@
+"""``odet experiment CONFIG``: train several variants × seeds of one recipe and compare them.
+
+An experiment is a base training config plus named variants (each a set of ``--set``-style
+overrides) and a list of seeds::
+
+    base: configs/multi30k/euler.yaml
+    output_dir: runs/experiments/multi30k-encoders
+    seeds: [1, 2]
+    overrides: ["data.data_dir=../shared/data/multi30k"]     # applied to every run
+    average_last: 5                                         # checkpoint averaging for the test
+    variants:
+      euler:     {}
+      rk2-gated: {model.encoder_method: rk2, model.coefficients: gated}
+
+Each run lives in ``<output_dir>/<variant>/seed<k>`` and is resumed if it was stopped; finished
+runs are skipped, so the command can be run again after an interruption. After every run the
+report is rewritten: ``results.md`` / ``results.csv`` (per variant: parameters, updates, wall
+time, valid BLEU, test BLEU — sacreBLEU and lower-cased tokenized — mean ± std over seeds) and
+``bleu_vs_time.png`` (validation BLEU against training wall-clock time).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from odet.config import check, check_types, from_dict, load_yaml
+from odet.evaluation import corpus_bleu, tokenize_13a_lower, tokenized_bleu
+from odet.evaluation.files import read_all_lines
+from odet.generation.text import Translator
+from odet.models import Seq2Seq
+from odet.training import load_train_config, train
+from odet.training.average import average_checkpoints
+from odet.training.metrics import MetricsLog
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Variants × seeds of one training recipe (see the module docstring)."""
+
+    base: str
+    output_dir: str
+    variants: dict[str, Any]
+    seeds: tuple[int, ...] = (1,)
+    overrides: tuple[str, ...] = ()
+    average_last: int = 0
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check(bool(self.variants), "experiment.variants must name at least one variant")
+        check(bool(self.seeds), "experiment.seeds must list at least one seed")
+        check(self.average_last >= 0, "experiment.average_last must be >= 0")
+        for name, sets in self.variants.items():
+            check(
+                isinstance(sets, dict) or sets is None,
+                f"experiment.variants.{name} must be a mapping of key: value overrides",
+            )
+
+    def run_overrides(self, variant: str, seed: int) -> list[str]:
+        sets = self.variants[variant] or {}
+        return [
+            *self.overrides,
+            *(f"{key}={json.dumps(value)}" for key, value in sets.items()),
+            f"seed={seed}",
+            f"output_dir={Path(self.output_dir) / variant / f'seed{seed}'}",
+        ]
+
+
+@dataclass
+class RunResult:
+    variant: str
+    seed: int
+    parameters: int
+    updates: int
+    wall_seconds: float
+    valid_bleu: float | None
+    test_bleu: float | None
+    test_bleu_tok: float | None
+    averaged: dict[str, float] = field(default_factory=dict)
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    data = load_yaml(path)
+    if overrides:
+        data = {**data, "overrides": [*data.get("overrides", []), *overrides]}
+    return from_dict(ExperimentConfig, data, where="experiment")
+
+
+def run_experiment(config: ExperimentConfig, *, progress: bool = True) -> list[RunResult]:
+    """Train every (variant, seed) not yet finished, then write the report."""
+    for variant in config.variants:  # validate every run's config before training any
+        load_train_config(config.base, config.run_overrides(variant, config.seeds[0]))
+    results = []
+    for seed in config.seeds:
+        for variant in config.variants:
+            results.append(_run(config, variant, seed, progress))
+            write_report(config, results)
+    return results
+
+
+def _run(config: ExperimentConfig, variant: str, seed: int, progress: bool) -> RunResult:
+    train_config = load_train_config(config.base, config.run_overrides(variant, seed))
+    run = Path(train_config.output_dir)
+    summary_file = run / "summary.json"
+    if not summary_file.is_file():
+        train(train_config, progress=progress)
+    summary = json.loads(summary_file.read_text())
+    references = (
+        read_all_lines(train_config.data.path(train_config.data.test[1]))
+        if train_config.data.test and train_config.data.format == "text"
+        else None
+    )
+    test_tok = None
+    if references is not None and (run / "test.hyp").is_file():
+        hyps = read_all_lines(run / "test.hyp")
+        test_tok = _tok_bleu(hyps, references)
+    averaged: dict[str, float] = {}
+    if config.average_last and references is not None:
+        averaged = _averaged_test(train_config, run, config.average_last, references)
+    valid = [r for r in MetricsLog(run / "metrics.jsonl").read() if r["event"] == "valid"]
+    return RunResult(
+        variant=variant,
+        seed=seed,
+        parameters=int(summary["parameters"]),
+        updates=int(summary["steps"]),
+        wall_seconds=float(summary["elapsed_seconds"]),
+        valid_bleu=max((r["bleu"] for r in valid if r.get("bleu") is not None), default=None),
+        test_bleu=summary.get("test", {}).get("bleu"),
+        test_bleu_tok=test_tok,
+        averaged=averaged,
+    )
+
+
+def _tok_bleu(hyps: list[str], refs: list[str]) -> float:
+    return tokenized_bleu(
+        [tokenize_13a_lower(h) for h in hyps], [tokenize_13a_lower(r) for r in refs]
+    ).score
+
+
+def _averaged_test(config: Any, run: Path, last: int, references: list[str]) -> dict[str, float]:
+    """Average the last checkpoints, decode the test set with the run's search settings."""
+    out = run / f"avg{last}"
+    hyp_file = run / f"test.avg{last}.hyp"
+    if not hyp_file.is_file():
+        index = json.loads((run / "checkpoints" / "index.json").read_text())
+        if len(index["checkpoints"]) < last:
+            return {}
+        if not (out / "config.json").is_file():
+            average_checkpoints(run, last, out)
+        translator = Translator(Seq2Seq.from_pretrained(out), _tokenizers(out), config.generation)
+        sources = read_all_lines(config.data.path(config.data.test[0]))
+        hyp_file.write_text("\n".join(translator.translate(sources)) + "\n", encoding="utf-8")
+    hyps = read_all_lines(hyp_file)
+    return {"bleu": corpus_bleu(hyps, references).score, "bleu_tok": _tok_bleu(hyps, references)}
+
+
+def _tokenizers(path: Path) -> Any:
+    from odet.data import TokenizerPair
+
+    return TokenizerPair.load(path)
+
+
+def _mean_std(values: list[float | None]) -> str:
+    xs = [v for v in values if v is not None and not math.isnan(v)]
+    if not xs:
+        return "–"
+    if len(xs) == 1:
+        return f"{xs[0]:.2f}"
+    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}"
+
+
+def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
+    """``results.md``, ``results.csv`` and ``bleu_vs_time.png`` under ``output_dir``."""
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            [
+                "variant",
+                "seed",
+                "parameters",
+                "updates",
+                "wall_seconds",
+                "valid_bleu",
+                "test_bleu",
+                "test_bleu_tok",
+                "avg_test_bleu",
+                "avg_test_bleu_tok",
+            ]
+        )
+        for r in results:
+            writer.writerow(
+                [
+                    r.variant,
+                    r.seed,
+                    r.parameters,
+                    r.updates,
+                    round(r.wall_seconds),
+                    r.valid_bleu,
+                    r.test_bleu,
+                    r.test_bleu_tok,
+                    r.averaged.get("bleu"),
+                    r.averaged.get("bleu_tok"),
+                ]
+            )
+    lines = [
+        f"# Experiment `{out.name}`",
+        "",
+        f"Base config `{config.base}`, seeds {list(config.seeds)}, overrides "
+        f"`{' '.join(config.overrides) or '–'}`. Mean ± std over seeds; test BLEU is sacreBLEU "
+        'on detokenized output, "tok" is BLEU on lower-cased 13a-tokenized text (the '
+        "published-Multi30k convention)"
+        + (
+            f'; "avg{config.average_last}" decodes with the average of the last '
+            f"{config.average_last} checkpoints."
+            if config.average_last
+            else "."
+        ),
+        "",
+        "| variant | params | updates | wall time (min) | valid BLEU (greedy) | test BLEU | "
+        "test BLEU tok | "
+        + (
+            f"avg{config.average_last} BLEU | avg{config.average_last} tok |"
+            if config.average_last
+            else ""
+        ),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if config.average_last else ""),
+    ]
+    for variant in config.variants:
+        rs = [r for r in results if r.variant == variant]
+        if not rs:
+            continue
+        row = (
+            f"| {variant} | {rs[0].parameters:,} | {rs[0].updates} | "
+            f"{_mean_std([r.wall_seconds / 60 for r in rs])} | "
+            f"{_mean_std([r.valid_bleu for r in rs])} | {_mean_std([r.test_bleu for r in rs])} | "
+            f"{_mean_std([r.test_bleu_tok for r in rs])} |"
+        )
+        if config.average_last:
+            row += (
+                f" {_mean_std([r.averaged.get('bleu') for r in rs])} |"
+                f" {_mean_std([r.averaged.get('bleu_tok') for r in rs])} |"
+            )
+        lines.append(row)
+    lines += ["", f"Runs: {', '.join(f'{r.variant}/seed{r.seed}' for r in results)}.", ""]
+    (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
+    _plot(config, results, out / "bleu_vs_time.png")
+    return out / "results.md"
+
+
+def _plot(config: ExperimentConfig, results: list[RunResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, variant in enumerate(config.variants):
+        for r in (r for r in results if r.variant == variant):
+            run = Path(config.output_dir) / variant / f"seed{r.seed}"
+            records = MetricsLog(run / "metrics.jsonl").read()
+            points = [
+                (x["elapsed"] / 60, x["bleu"])
+                for x in records
+                if x["event"] == "valid" and x.get("bleu") is not None and "elapsed" in x
+            ]
+            if points:
+                ax.plot(
+                    *zip(*points),
+                    "o-",
+                    color=f"C{i}",
+                    alpha=0.8,
+                    ms=3,
+                    label=variant if r.seed == config.seeds[0] else None,
+                )
+    ax.set(xlabel="training wall-clock (min)", ylabel="valid BLEU (greedy)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

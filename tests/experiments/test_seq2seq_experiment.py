@@ -1,0 +1,53 @@
+import csv
+
+import yaml
+
+from odet.cli import main
+from tests.training.conftest import copy_data, tiny_config, write_config  # noqa: F401
+
+
+def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_data, tmp_path):  # noqa: F811
+    base = write_config(
+        tmp_path / "base.yaml",
+        tiny_config(
+            copy_data,
+            tmp_path / "unused",
+            data={"test": ["test.src", "test.tgt"]},
+            train={
+                "max_updates": 6,
+                "valid_metric": "bleu",
+                "best_metric": "metric",
+                "keep_last": 2,
+                "save_every_updates": 3,
+            },
+        ),
+    )
+    experiment = {
+        "base": str(base),
+        "output_dir": str(tmp_path / "exp"),
+        "seeds": [1, 2],
+        "average_last": 2,
+        "variants": {
+            "euler": {},
+            "rk2-gated": {"model.encoder_method": "rk2", "model.coefficients": "gated"},
+        },
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    assert main(["experiment", str(path), "--no-progress"]) == 0
+    rows = list(csv.DictReader((tmp_path / "exp" / "results.csv").open()))
+    assert [(r["variant"], r["seed"]) for r in rows] == [
+        ("euler", "1"),
+        ("rk2-gated", "1"),
+        ("euler", "2"),
+        ("rk2-gated", "2"),
+    ]
+    assert all(r["updates"] == "6" and r["test_bleu"] and r["avg_test_bleu"] for r in rows)
+    assert int(rows[1]["parameters"]) == int(rows[0]["parameters"]) + 2 * 32 + 1
+    report = (tmp_path / "exp" / "results.md").read_text()
+    assert "| rk2-gated |" in report and "avg2 BLEU" in report
+    assert (tmp_path / "exp" / "bleu_vs_time.png").stat().st_size > 1000
+    # Running again trains nothing new: finished runs are skipped.
+    mtime = (tmp_path / "exp" / "euler" / "seed1" / "summary.json").stat().st_mtime
+    assert main(["experiment", str(path), "--no-progress"]) == 0
+    assert (tmp_path / "exp" / "euler" / "seed1" / "summary.json").stat().st_mtime == mtime
