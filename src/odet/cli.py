@@ -163,6 +163,17 @@ def cmd_parity(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from odet.analysis.blocks import analyze_runs
+
+    report = analyze_runs(args.runs, args.out, sentences=args.sentences)
+    for name, entry in report.items():
+        sizes = ", ".join(f"{v:.2f}" for v in entry["update_sizes"]["encoder"])
+        print(f"{name}: encoder block update sizes {sizes}")
+    print(f"plots and analysis.json in {args.out}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "generate": cmd_generate,
@@ -172,6 +183,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": cmd_demo,
     "experiment": cmd_experiment,
     "parity": cmd_parity,
+    "analyze": cmd_analyze,
 }
 
 
@@ -262,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="an override for every run, e.g. --set data.data_dir=PATH",
     )
     p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("analyze", help="per-block update sizes and learned coefficients")
+    p.add_argument("runs", nargs="+", help="training run directories (compared in the plots)")
+    p.add_argument("--out", required=True, help="directory for analysis.json and the plots")
+    p.add_argument("--sentences", type=int, default=64, help="validation sentences to use")
 
     p = sub.add_parser("parity", help="the N-ODE Transformer's parity experiment")
     p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")

@@ -1,1 +1,1 @@
-"""odet.analysis."""
+"""Analysis of trained models: per-block update sizes and learned coefficients."""

@@ -25,6 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from odet.analysis.blocks import coefficient_snapshot
 from odet.data import (
     DataError,
     LengthFilter,
@@ -547,6 +548,7 @@ class Trainer:
                         f"epoch {self.state.epoch} | update {self.state.step} | "
                         + " | ".join(f"valid {k} {v:.2f}" for k, v in metrics.items())
                     )
+                self._log_coefficients()
                 plot_learning_curve(
                     self.metrics.read(), self.out / "learning_curve.png", title=self.out.name
                 )
@@ -555,6 +557,16 @@ class Trainer:
         if patience and self.state.bad_epochs >= patience:
             return "early_stopping"
         return ""
+
+    def _log_coefficients(self) -> None:
+        """The blocks' stage weights (mean gate for gated RK2) on a validation batch."""
+        if self.valid_set is None:
+            return
+        batch = self.valid_set.batch(list(range(min(64, len(self.valid_set))))).to(self.device)
+        snapshot = coefficient_snapshot(self.model, batch.src, batch.tgt_in)
+        if any(row for rows in snapshot.values() for row in rows):
+            self.metrics.write("coefficients", step=self.state.step, **snapshot)
+        self.model.train()
 
     def _save(self, started: float, *, is_best: bool) -> Path:
         """Rank 0 writes the checkpoint; every rank waits for it and gets its path."""

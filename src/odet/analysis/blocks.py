@@ -1,0 +1,219 @@
+"""What each block of a trained model does: its coefficients and the size of its update.
+
+Two views from the ODE Transformer paper's analysis:
+
+- **coefficients**: the stage weights each block uses — fixed, learned or EMA weights, and for
+  gated RK2 the mean gate ``g`` over the positions of a batch (``y' = y + g·k1 + (1 − g)·k2``);
+  the trainer logs them at every validation, so they can be followed over training;
+- **update sizes**: ``‖y_{l+1} − y_l‖ / ‖y_l‖`` per block, averaged over real tokens — the
+  "truncation error" view: how far each block moves the representation.
+
+Measurements use forward hooks on the blocks of a model in eval mode; they never change what
+the model computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from odet.blocks import Coefficients, GatedCoefficients
+from odet.models import Seq2Seq
+
+
+def _stacks(model: Seq2Seq) -> dict[str, nn.Module]:
+    return {"encoder": model.encoder, "decoder": model.decoder}
+
+
+@contextmanager
+def _recording(modules: list[nn.Module], store: list[Any], fn: Any) -> Iterator[None]:
+    handles = [
+        m.register_forward_hook(lambda mod, args, out, i=i: store.append((i, fn(args, out))))
+        for i, m in enumerate(modules)
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _first_tensor(value: Any) -> Tensor:
+    return value[0] if isinstance(value, tuple) else value
+
+
+@torch.no_grad()
+def coefficient_snapshot(
+    model: Seq2Seq, src: Tensor | None = None, tgt_in: Tensor | None = None
+) -> dict[str, list[list[float]]]:
+    """Per stack, per block: the stage weights (or ``[mean g]`` for gated RK2 over the real
+    positions of ``src``/``tgt_in``, or ``[]`` when a block has no weights)."""
+    snapshot: dict[str, list[list[float]]] = {}
+    gates: list[tuple[int, float]] = []
+    gate_modules: list[nn.Module] = []
+    owners: dict[str, list[nn.Module | None]] = {}
+    for name, stack in _stacks(model).items():
+        owners[name] = []
+        for block in stack.blocks:
+            coefficients = next((m for m in block.modules() if isinstance(m, Coefficients)), None)
+            owners[name].append(coefficients)
+            if isinstance(coefficients, GatedCoefficients):
+                gate_modules.append(coefficients.gate)
+    if gate_modules and src is not None and tgt_in is not None:
+        was_training = model.training
+        model.eval()
+        with _recording(gate_modules, gates, lambda args, out: torch.sigmoid(out).mean().item()):
+            model(src, tgt_in)
+        model.train(was_training)
+    gate_means: dict[int, list[float]] = {}
+    for index, value in gates:
+        gate_means.setdefault(index, []).append(value)
+    for name, coefficient_modules in owners.items():
+        rows: list[list[float]] = []
+        for coefficients in coefficient_modules:
+            if isinstance(coefficients, GatedCoefficients):
+                index = gate_modules.index(coefficients.gate)
+                values = gate_means.get(index, [])
+                rows.append([sum(values) / len(values)] if values else [])
+            elif isinstance(coefficients, Coefficients) and coefficients.weights() is not None:
+                rows.append([float(w) for w in coefficients.weights()])
+            else:
+                rows.append([])
+        snapshot[name] = rows
+    return snapshot
+
+
+@torch.no_grad()
+def update_sizes(model: Seq2Seq, src: Tensor, tgt_in: Tensor) -> dict[str, list[float]]:
+    """Per stack, per block: mean over real tokens of ``‖output − input‖ / ‖input‖``."""
+    was_training = model.training
+    model.eval()
+    results: dict[str, list[float]] = {}
+    pad = model.config.pad_id
+    masks = {"encoder": src.ne(model.config.pad_id), "decoder": tgt_in.ne(pad)}
+    for name, stack in _stacks(model).items():
+        records: list[tuple[int, float]] = []
+        mask = masks[name]
+
+        def measure(args: tuple[Any, ...], out: Any, mask: Tensor = mask) -> float:
+            before, after = args[0], _first_tensor(out)
+            ratio = (after - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(1e-12)
+            return ratio[mask].mean().item()
+
+        with _recording(list(stack.blocks), records, measure):
+            model(src, tgt_in)
+        results[name] = [value for _, value in sorted(records)]
+    model.train(was_training)
+    return results
+
+
+def _batch(model: Seq2Seq, tokenizers: Any, sources: list[str], targets: list[str]) -> Any:
+    from odet.data import ParallelDataset
+
+    dataset = ParallelDataset.from_texts(sources, targets, tokenizers)
+    limit = model.config.max_positions - 1
+    clipped = ParallelDataset(
+        [dataset[i][0][:limit] for i in range(len(dataset))],
+        [dataset[i][1][:limit] for i in range(len(dataset))],
+    )
+    return clipped.batch(list(range(len(clipped))))
+
+
+def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str, Any]:
+    """``odet analyze``: update sizes and coefficients of each run's best checkpoint, and the
+    coefficients logged over training; writes ``analysis.json``, ``update_sizes.png`` and
+    ``coefficients.png`` to ``out``."""
+    import json
+    from pathlib import Path
+
+    from odet.data import TokenizerPair
+    from odet.evaluation.files import read_all_lines
+    from odet.training import load_train_config, resolve_model_dir
+    from odet.training.metrics import MetricsLog
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {}
+    for run in runs:
+        run_dir = Path(run)
+        model_dir = resolve_model_dir(run_dir, "best")
+        model = Seq2Seq.from_pretrained(model_dir).eval()
+        tokenizers = TokenizerPair.load(model_dir)
+        config = load_train_config(model_dir / "train_config.yaml")
+        split = config.data.valid or config.data.train
+        if config.data.format != "text":
+            raise ValueError(f"{run}: odet analyze reads text-format data only")
+        sources = read_all_lines(config.data.path(split[0]))[:sentences]
+        targets = read_all_lines(config.data.path(split[1]))[:sentences]
+        batch = _batch(model, tokenizers, sources, targets)
+        history = [
+            r for r in MetricsLog(run_dir / "metrics.jsonl").read() if r["event"] == "coefficients"
+        ]
+        report[run_dir.name] = {
+            "checkpoint": str(model_dir),
+            "encoder_method": model.config.encoder_method,
+            "decoder_method": model.config.decoder_method,
+            "update_sizes": update_sizes(model, batch.src, batch.tgt_in),
+            "coefficients": coefficient_snapshot(model, batch.src, batch.tgt_in),
+            "coefficient_history": history,
+        }
+    (out_dir / "analysis.json").write_text(json.dumps(report, indent=2) + "\n")
+    _plot_update_sizes(report, out_dir / "update_sizes.png")
+    _plot_coefficients(report, out_dir / "coefficients.png")
+    return report
+
+
+def _plot_update_sizes(report: dict[str, Any], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name, entry in report.items():
+        for ax, stack in zip(axes, ("encoder", "decoder")):
+            sizes = entry["update_sizes"][stack]
+            label = f"{name} ({entry[f'{stack}_method']})"
+            ax.plot(range(1, len(sizes) + 1), sizes, "o-", label=label)
+    for ax, stack in zip(axes, ("encoder", "decoder")):
+        ax.set(xlabel=f"{stack} block", ylabel="‖y_{l+1} − y_l‖ / ‖y_l‖", title=stack)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_coefficients(report: dict[str, Any], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    plotted = False
+    for name, entry in report.items():
+        history = entry["coefficient_history"]
+        for stack in ("encoder", "decoder"):
+            blocks = [r[stack] for r in history]
+            steps = [r["step"] for r in history]
+            for b in range(len(blocks[0]) if blocks else 0):
+                series = [row[b][0] for row in blocks if row[b]]
+                if len(series) == len(steps) and series:
+                    ax.plot(steps, series, "o-", ms=3, label=f"{name} {stack} block {b + 1}")
+                    plotted = True
+    ax.set(xlabel="update", ylabel="gate mean g / first stage weight")
+    ax.grid(alpha=0.3)
+    if plotted:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(
+            0.5, 0.5, "no learned coefficients in these runs", ha="center", transform=ax.transAxes
+        )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
