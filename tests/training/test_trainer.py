@@ -136,3 +136,28 @@ def test_copy_task_reaches_95_percent_exact_match_through_the_cli(copy_data, tmp
     refs = (copy_data / "test.tgt").read_text().splitlines()
     exact = sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(refs)
     assert exact >= 0.95
+
+
+def test_adaptive_encoder_trains_with_arclength_regularisation_and_logs_nfe(copy_data, tmp_path):
+    config = tiny_config(
+        copy_data,
+        tmp_path / "run",
+        model={
+            "encoder_method": "adaptive",
+            "dropout": 0.0,
+            "continuous": {"arclength": True, "rtol": 1e-2, "atol": 1e-2},
+        },
+        optim={"arclength_weight": 0.01},
+        train={"max_updates": 4, "log_every": 1},
+    )
+    train(TrainConfig.from_dict(config))
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    nfe = [r["encoder_nfe"] for r in records if r["event"] == "train"]
+    assert len(nfe) == 4 and all(n >= 6 for n in nfe)
+
+
+def test_arclength_weight_without_a_continuous_encoder_is_rejected(copy_data, tmp_path):
+    from odet.config import ConfigError
+
+    with pytest.raises(ConfigError, match="arclength_weight > 0 needs model.encoder_method"):
+        TrainConfig.from_dict(tiny_config(copy_data, tmp_path, optim={"arclength_weight": 0.1}))

@@ -12,6 +12,12 @@ from odet.blocks.coefficients import (
     LearnedCoefficients,
     make_coefficients,
 )
+from odet.blocks.continuous import (
+    ContinuousEncoder,
+    ContinuousStack,
+    build_continuous_encoder,
+    merge_stats,
+)
 from odet.blocks.implicit import ImplicitEulerBlock
 from odet.blocks.multistep import AdamsBashforthStack, DLCLStack, MultistepBlock
 from odet.blocks.ode_block import ODEBlock
@@ -31,6 +37,8 @@ __all__ = [
     "AdamsBashforthStack",
     "CoefficientScheme",
     "Coefficients",
+    "ContinuousEncoder",
+    "ContinuousStack",
     "DLCLStack",
     "EMACoefficients",
     "FixedCoefficients",
@@ -44,7 +52,9 @@ __all__ = [
     "Stack",
     "StackMethod",
     "StackOptions",
+    "build_continuous_encoder",
     "build_stack",
     "coefficient_problem",
     "make_coefficients",
+    "merge_stats",
 ]

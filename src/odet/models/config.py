@@ -2,13 +2,64 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from odet.blocks import STACK_METHODS, coefficient_problem
 from odet.config import check, check_types, from_dict, suggest, to_dict
+from odet.ode import ADAPTIVE_METHODS, TABLEAUS
 
 CoefficientName = Literal["fixed", "learned", "gated", "ema"]
+
+
+ADAPTIVE = "adaptive"
+"""``encoder_method`` of the N-ODE encoder: one time-conditioned layer per block, integrated by
+an (adaptive) ODE solver; its settings are ``Seq2SeqConfig.continuous``."""
+
+
+@dataclass(frozen=True)
+class ContinuousEncoderConfig:
+    """The N-ODE encoder (``encoder_method="adaptive"``): ``dy/dt = F(t, y)`` on ``[0, t1]``.
+
+    ``solver`` is an adaptive method of ``backend`` (``odet.ode.ADAPTIVE_METHODS``), or a tableau
+    name when ``fixed_steps`` is set (fixed-step RK, a known cost). ``layer_norm=False`` is the
+    paper's field; ``arclength`` integrates ``∫‖F‖dt`` (needed by ``optim.arclength_weight``).
+    """
+
+    time_conditioning: Literal["none", "concat", "embedding", "film"] = "embedding"
+    layer_norm: bool = True
+    t1: float = 1.0
+    solver: str = "dopri5"
+    backend: Literal["torchode", "torchdiffeq"] = "torchode"
+    rtol: float = 1e-3
+    atol: float = 1e-3
+    max_steps: int = 1000
+    fixed_steps: int | None = None
+    arclength: bool = False
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        name = "Seq2SeqConfig.continuous"
+        check(self.t1 > 0, f"{name}.t1 must be > 0, got {self.t1}")
+        check(self.max_steps >= 1, f"{name}.max_steps must be >= 1, got {self.max_steps}")
+        if self.fixed_steps is None:
+            allowed = list(ADAPTIVE_METHODS[self.backend])
+            check(
+                self.solver in allowed,
+                f"{name}.solver = {self.solver!r} is not an adaptive method of backend "
+                f"{self.backend!r}; choose one of {allowed} (or set fixed_steps and a tableau)",
+            )
+            check(
+                self.rtol >= 0 and self.atol >= 0 and self.rtol + self.atol > 0,
+                f"{name} needs rtol, atol >= 0, not both 0; got {self.rtol}, {self.atol}",
+            )
+        else:
+            check(self.fixed_steps >= 1, f"{name}.fixed_steps must be >= 1")
+            check(
+                self.solver in TABLEAUS,
+                f"{name}.solver = {self.solver!r} with fixed_steps must be a tableau; choose one "
+                f"of {sorted(TABLEAUS)}",
+            )
 
 
 @dataclass(frozen=True)
@@ -36,6 +87,7 @@ class Seq2SeqConfig:
     decoder_coefficients: CoefficientName | None = None
     share_gate: bool = False
     implicit_iterations: int = 2
+    continuous: ContinuousEncoderConfig = field(default_factory=ContinuousEncoderConfig)
     field_convention: Literal["textbook", "layer"] = "textbook"
     stage_norm: bool = False
     dropout: float = 0.1
@@ -78,17 +130,22 @@ class Seq2SeqConfig:
                 0.0 <= getattr(self, key) < 1.0,
                 f"Seq2SeqConfig.{key} must lie in [0, 1), got {getattr(self, key)}",
             )
-        for key in ("encoder_method", "decoder_method"):
+        for key, methods in (
+            ("encoder_method", [*STACK_METHODS, ADAPTIVE]),
+            ("decoder_method", list(STACK_METHODS)),
+        ):
             method = getattr(self, key)
             check(
-                method in STACK_METHODS,
+                method in methods,
                 f"Seq2SeqConfig.{key} = {method!r} is not a known method"
-                f"{suggest(method, STACK_METHODS)}; choose one of {sorted(STACK_METHODS)}",
+                f"{suggest(method, methods)}; choose one of {sorted(methods)}",
             )
         for key, method_key, scheme in (
             ("coefficients", "encoder_method", self.coefficients),
             ("decoder_coefficients", "decoder_method", self.decoder_scheme),
         ):
+            if getattr(self, method_key) == ADAPTIVE:
+                continue
             problem = coefficient_problem(getattr(self, method_key), scheme)
             check(not problem, f"Seq2SeqConfig.{key} = {scheme!r} with {method_key}: {problem}")
         if self.tgt_vocab_size is not None:

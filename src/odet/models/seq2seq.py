@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from odet.blocks import build_stack
+from odet.blocks.continuous import ContinuousEncoder, build_continuous_encoder
 from odet.generation import BeamSearch, Greedy, Hypothesis, SearchStrategy, generate
-from odet.models.config import Seq2SeqConfig
+from odet.models.config import ADAPTIVE, Seq2SeqConfig
 from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
     DecoderField,
@@ -33,14 +35,18 @@ from odet.nn import (
     SinusoidalPositions,
     TokenEmbedding,
 )
+from odet.nn.time import TimeConditionedEncoderField
+from odet.ode import SolveStats
 
 
 @dataclass
 class EncoderOutput:
-    """``memory (B, S, D)`` and its ``padding_mask (B, S)`` (True at padding)."""
+    """``memory (B, S, D)`` and its ``padding_mask (B, S)`` (True at padding); ``stats`` of the
+    ODE solves (NFE, arclength per sample) when the encoder is continuous."""
 
     memory: Tensor
     padding_mask: Tensor
+    stats: SolveStats | None = None
 
     def reorder(self, index: Tensor) -> EncoderOutput:
         return EncoderOutput(
@@ -84,16 +90,43 @@ class Seq2Seq(nn.Module):
             stage_norm=c.stage_norm,
             norm_eps=c.norm_eps,
         )
-        self.encoder = build_stack(
-            c.encoder_method,
-            lambda: EncoderField(c.d_model, c.num_heads, c.ffn_dim, **field_options),
-            c.encoder_layers,
-            coefficients=c.coefficients,
-            d_model=c.d_model,
-            share_gate=c.share_gate,
-            iterations=c.implicit_iterations,
-            norm_eps=c.norm_eps,
-        )
+        self.encoder: nn.Module
+        if c.encoder_method == ADAPTIVE:
+            ode = c.continuous
+            self.encoder = build_continuous_encoder(
+                lambda: TimeConditionedEncoderField(
+                    c.d_model,
+                    c.num_heads,
+                    c.ffn_dim,
+                    time_conditioning=ode.time_conditioning,
+                    layer_norm=ode.layer_norm,
+                    dropout=c.dropout,
+                    attention_dropout=c.attention_dropout,
+                    activation_dropout=c.activation_dropout,
+                    activation=c.activation,
+                    norm_eps=c.norm_eps,
+                ),
+                c.encoder_layers,
+                t1=ode.t1,
+                solver=ode.solver,
+                backend=ode.backend,
+                rtol=ode.rtol,
+                atol=ode.atol,
+                max_steps=ode.max_steps,
+                fixed_steps=ode.fixed_steps,
+                arclength=ode.arclength,
+            )
+        else:
+            self.encoder = build_stack(
+                c.encoder_method,
+                lambda: EncoderField(c.d_model, c.num_heads, c.ffn_dim, **field_options),
+                c.encoder_layers,
+                coefficients=c.coefficients,
+                d_model=c.d_model,
+                share_gate=c.share_gate,
+                iterations=c.implicit_iterations,
+                norm_eps=c.norm_eps,
+            )
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
         self.decoder = build_stack(
             c.decoder_method,
@@ -129,7 +162,11 @@ class Seq2Seq(nn.Module):
             empty = padding_mask.all(dim=1).nonzero().flatten().tolist()
             raise ValueError(f"src_tokens rows {empty} contain only padding (empty sources)")
         x = self.src_embed(src_tokens) + self.positions(src_tokens.shape[1])  # (B, S, D)
-        x = self.encoder(self.embed_dropout(x), padding_mask=padding_mask)
+        x = self.embed_dropout(x)
+        if isinstance(self.encoder, ContinuousEncoder):
+            result = self.encoder(x, padding_mask=padding_mask)
+            return EncoderOutput(self.encoder_norm(result.y), padding_mask, result.stats)
+        x = self.encoder(x, padding_mask=padding_mask)
         return EncoderOutput(self.encoder_norm(x), padding_mask)
 
     # ------------------------------------------------------------------ decoder
@@ -181,9 +218,25 @@ class Seq2Seq(nn.Module):
             state.length += tgt_tokens.shape[1]
         return self.output_projection(self.decoder_norm(x))
 
-    def forward(self, src_tokens: Tensor, tgt_tokens: Tensor) -> Tensor:
-        """Teacher-forced logits ``(B, T, V)``; ``tgt_tokens`` starts with BOS."""
-        return self.decode(tgt_tokens, self.encode(src_tokens))
+    @overload
+    def forward(
+        self, src_tokens: Tensor, tgt_tokens: Tensor, *, with_stats: Literal[False] = False
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self, src_tokens: Tensor, tgt_tokens: Tensor, *, with_stats: Literal[True]
+    ) -> tuple[Tensor, SolveStats | None]: ...
+
+    def forward(
+        self, src_tokens: Tensor, tgt_tokens: Tensor, *, with_stats: bool = False
+    ) -> Tensor | tuple[Tensor, SolveStats | None]:
+        """Teacher-forced logits ``(B, T, V)``; ``tgt_tokens`` starts with BOS. With
+        ``with_stats`` also the continuous encoder's ``SolveStats`` (None for discrete stacks),
+        through ``forward`` so that data-parallel wrappers see the call."""
+        encoder_out = self.encode(src_tokens)
+        logits = self.decode(tgt_tokens, encoder_out)
+        return (logits, encoder_out.stats) if with_stats else logits
 
     # ------------------------------------------------------------------ generation
     def incremental_decoder(

@@ -5,10 +5,12 @@ from odet.nn.embedding import SinusoidalPositions, TokenEmbedding, sinusoidal_ta
 from odet.nn.feedforward import ACTIVATIONS, FeedForward
 from odet.nn.fields import FIELD_CONVENTIONS, DecoderField, EncoderField, FieldOutput
 from odet.nn.state import DecoderState
+from odet.nn.time import TIME_CONDITIONINGS, TimeConditionedEncoderField
 
 __all__ = [
     "ACTIVATIONS",
     "FIELD_CONVENTIONS",
+    "TIME_CONDITIONINGS",
     "CrossAttention",
     "DecoderField",
     "DecoderState",
@@ -18,6 +20,7 @@ __all__ = [
     "KVCache",
     "SelfAttention",
     "SinusoidalPositions",
+    "TimeConditionedEncoderField",
     "TokenEmbedding",
     "attention_mask",
     "sinusoidal_table",

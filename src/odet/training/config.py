@@ -92,6 +92,7 @@ class OptimConfig:
     warmup_init_lr: float = 1e-7
     clip_norm: float = 0.0
     label_smoothing: float = 0.1
+    arclength_weight: float = 0.0
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -103,6 +104,7 @@ class OptimConfig:
         check(self.clip_norm >= 0, "optim.clip_norm must be >= 0 (0 disables clipping)")
         check(0.0 <= self.label_smoothing < 1.0, "optim.label_smoothing must lie in [0, 1)")
         check(self.weight_decay >= 0, "optim.weight_decay must be >= 0")
+        check(self.arclength_weight >= 0, "optim.arclength_weight must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,13 @@ class TrainConfig:
                 key not in self.model,
                 f"model.{key} is set from the tokenizer; set data.vocab_size instead",
             )
-        self.model_config(vocab_size=max(64, self.data.vocab_size))  # validate early
+        model = self.model_config(vocab_size=max(64, self.data.vocab_size))  # validate early
+        check(
+            not self.optim.arclength_weight
+            or (model.encoder_method == "adaptive" and model.continuous.arclength),
+            "optim.arclength_weight > 0 needs model.encoder_method: adaptive with "
+            "model.continuous.arclength: true",
+        )
 
     def model_config(self, vocab_size: int, tgt_vocab_size: int | None = None) -> Seq2SeqConfig:
         """The ``Seq2SeqConfig`` for a tokenizer with the given vocabulary size(s)."""

@@ -396,6 +396,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         accum = tokens = 0
         loss_sum = nll_sum = 0.0
+        nfe_sum, nfe_batches = 0.0, 0
         window_tokens, window_start = 0, time.perf_counter()
         epoch = self.batcher.epoch
         total = len(self.batcher) // c.train.update_freq
@@ -419,10 +420,16 @@ class Trainer:
                     sync = self.ddp.no_sync()  # type: ignore[operator]
                 with sync:
                     with autocast(c.train.precision, self.device):
-                        logits = model(batch.src, batch.tgt_in)
+                        logits, stats = model(batch.src, batch.tgt_in, with_stats=True)
                         loss, nll, ntok = label_smoothed_loss(
                             logits, batch.tgt_out, smoothing=c.optim.label_smoothing, pad_id=pad
                         )
+                        if stats is not None:
+                            nfe_sum += float(stats.nfe.float().mean())
+                            nfe_batches += 1
+                        if c.optim.arclength_weight and stats is not None:
+                            # λ · mean arclength per update, after normalising by its tokens
+                            loss = loss + c.optim.arclength_weight * stats.arclength.mean() * ntok
                     loss.backward()
                 accum += 1
                 tokens += ntok
@@ -499,8 +506,10 @@ class Trainer:
                             lr=lr,
                             target_tokens_per_s=speed,
                             elapsed=self.state.elapsed_seconds,
+                            **({"encoder_nfe": nfe_sum / nfe_batches} if nfe_batches else {}),
                         )
                     window_tokens, window_start = 0, time.perf_counter()
+                    nfe_sum, nfe_batches = 0.0, 0
                 accum = tokens = 0
                 loss_sum = nll_sum = 0.0
                 if c.train.save_every_updates and self.state.step % c.train.save_every_updates == 0:
