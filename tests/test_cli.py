@@ -173,3 +173,17 @@ def test_train_config_written_to_run_matches_the_overrides(copy_data, tmp_path):
     assert main(["train", path, "--set", "seed=11", "--no-progress"]) == 0
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["seed"] == 11
+
+
+def test_generate_defaults_to_the_runs_search_settings(trained):
+    from odet.generation.text import GenerationConfig, generation_defaults
+
+    assert generation_defaults(str(trained)) == GenerationConfig(beam_size=1)
+
+
+def test_prepare_writes_the_lead_baseline(shared_data, tmp_path, capsys):
+    out = tmp_path / "lead.txt"
+    dev = shared_data / "dialogsum" / "dialogsum.dev.jsonl"
+    assert main(["prepare", "lead", str(dev), "--out", str(out), "--n", "5"]) == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) == 500 and all(len(line.split()) <= 5 for line in lines)

@@ -40,22 +40,26 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from odet.generation.text import GenerationConfig, Translator
+    from dataclasses import replace
 
-    config = GenerationConfig(
-        strategy=args.strategy,
-        beam_size=args.beam,
-        length_penalty=args.lenpen,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        min_len=args.min_len,
-        no_repeat_ngram_size=args.no_repeat_ngram_size,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        batch_tokens=args.batch_tokens,
-    )
+    from odet.generation.text import Translator, generation_defaults
+
+    flags = {
+        "strategy": args.strategy,
+        "beam_size": args.beam,
+        "length_penalty": args.lenpen,
+        "max_len_a": args.max_len_a,
+        "max_len_b": args.max_len_b,
+        "min_len": args.min_len,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "batch_tokens": args.batch_tokens,
+    }
+    defaults = generation_defaults(args.model, args.checkpoint)
+    config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
     if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
         raise ValueError(f"--output {args.output} is the input file; refusing to overwrite it")
     translator = Translator.from_checkpoint(args.model, args.checkpoint, config)
@@ -174,6 +178,30 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from odet.tasks.gec import build_gec_data, m2_to_parallel
+    from odet.tasks.summarization import Lead, read_dialogsum, write_dialogsum_lines
+
+    if args.task == "gec":
+        report = build_gec_data(args.inputs, args.out, seed=args.seed, copies=args.copies)
+        print(report.message())
+    elif args.task == "m2":
+        print(
+            m2_to_parallel(args.inputs[0], args.out, annotator=args.annotator, out_of_range="drop")
+        )
+    elif args.task == "dialogsum":
+        print(write_dialogsum_lines(args.inputs[0], args.out).message())
+    else:
+        lead = Lead(args.n, args.unit)
+        dialogues = read_dialogsum(args.inputs[0]).dialogues
+        Path(args.out).write_text("".join(lead(d) + "\n" for d in dialogues), encoding="utf-8")
+        print(
+            f"wrote the LEAD-{args.n} {args.unit} baseline of {len(dialogues)} dialogues to "
+            f"{args.out}"
+        )
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "generate": cmd_generate,
@@ -184,6 +212,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "experiment": cmd_experiment,
     "parity": cmd_parity,
     "analyze": cmd_analyze,
+    "prepare": cmd_prepare,
 }
 
 
@@ -206,7 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="shorthand for --set output_dir=DIR")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    p = sub.add_parser("generate", help="translate lines of text with a trained model")
+    p = sub.add_parser(
+        "generate",
+        help="translate lines of text with a trained model (search settings default to the "
+        "run's generation section; flags override them)",
+    )
     p.add_argument("model", help="a checkpoint directory or a training run directory")
     p.add_argument("--input", "-i", help="input file (default: stdin)")
     p.add_argument("--output", "-o", help="output file (default: stdout)")
@@ -216,18 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="best",
         help="which checkpoint of a run directory",
     )
-    p.add_argument("--strategy", choices=["beam", "greedy", "sample"], default="beam")
-    p.add_argument("--beam", type=int, default=5, help="beam size")
-    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
-    p.add_argument("--max-len-a", type=float, default=1.5)
-    p.add_argument("--max-len-b", type=int, default=10)
-    p.add_argument("--min-len", type=int, default=0)
-    p.add_argument("--no-repeat-ngram-size", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--strategy", choices=["beam", "greedy", "sample"])
+    p.add_argument("--beam", type=int, help="beam size")
+    p.add_argument("--lenpen", type=float, help="length penalty")
+    p.add_argument("--max-len-a", type=float, help="max length = a · source length + b")
+    p.add_argument("--max-len-b", type=int)
+    p.add_argument("--min-len", type=int)
+    p.add_argument("--no-repeat-ngram-size", type=int)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--batch-tokens", type=int)
     p.add_argument("--no-progress", action="store_true")
 
     p = sub.add_parser("evaluate", help="score hypotheses against references")
@@ -279,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="training run directories (compared in the plots)")
     p.add_argument("--out", required=True, help="directory for analysis.json and the plots")
     p.add_argument("--sentences", type=int, default=64, help="validation sentences to use")
+
+    p = sub.add_parser("prepare", help="task data: GEC pairs, M2 -> text, DialogSum lines, LEAD")
+    p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"])
+    p.add_argument("inputs", nargs="+", help="input file(s)")
+    p.add_argument("--out", required=True, help="output directory, prefix or file")
+    p.add_argument("--seed", type=int, default=1, help="gec: noise seed")
+    p.add_argument("--copies", type=int, default=1, help="gec: corrupted copies per sentence")
+    p.add_argument("--annotator", type=int, help="m2: one annotator (default: all)")
+    p.add_argument("--n", type=int, default=23, help="lead: how many words or turns")
+    p.add_argument("--unit", choices=["words", "turns"], default="words")
 
     p = sub.add_parser("parity", help="the N-ODE Transformer's parity experiment")
     p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")

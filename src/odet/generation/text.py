@@ -149,3 +149,18 @@ class Translator:
                 bar.update(len(rows))
                 start = stop
         return outputs
+
+
+def generation_defaults(path: str, which: str = "best") -> GenerationConfig:
+    """The ``generation`` section of the training config stored with a checkpoint (the search
+    settings the model was validated with), or the library defaults when there is none."""
+    import yaml
+
+    from odet.config import from_dict
+    from odet.training.checkpoint import resolve_model_dir
+
+    config_file = resolve_model_dir(path, which) / "train_config.yaml"
+    if not config_file.is_file():
+        return GenerationConfig()
+    data = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+    return from_dict(GenerationConfig, data.get("generation") or {}, where="generation")

@@ -116,6 +116,12 @@ def encode_split(
     dataset = ParallelDataset.from_texts(pairs.source, pairs.target, tokenizers, progress=progress)
     if data.truncate_source:
         limit = data.truncate_source
+        logger.info(
+            "truncated %d of %d sources to %d tokens",
+            int((dataset.source_lengths > limit).sum()),
+            len(dataset),
+            limit,
+        )
         dataset = ParallelDataset(
             [dataset[i][0][:limit] for i in range(len(dataset))],
             [dataset[i][1] for i in range(len(dataset))],
