@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -39,6 +40,10 @@ def _bad_inputs(tmp: Path, data: Path, run: Path) -> dict[str, tuple[list[str], 
     broken = tmp / "broken-model"
     shutil.copytree(resolve_model_dir(run, "last"), broken)
     (broken / "config.json").write_text("{not json")
+    future = tmp / "future-model"
+    shutil.copytree(resolve_model_dir(run, "last"), future)
+    header = json.loads((future / "config.json").read_text())
+    (future / "config.json").write_text(json.dumps({**header, "format_version": 7}))
 
     def cfg(name: str, output_dir: str | None = None, **sections) -> str:
         config = tiny_config(data, Path(output_dir or tmp / "run"), **sections)
@@ -65,6 +70,7 @@ def _bad_inputs(tmp: Path, data: Path, run: Path) -> dict[str, tuple[list[str], 
         "generate missing model": (["generate", str(tmp / "none")], "no such checkpoint"),
         "generate not a model": (["generate", str(tmp / "not-a-model")], "not a model checkpoint"),
         "generate corrupt model": (["generate", str(broken)], "is corrupt"),
+        "generate future format": (["generate", str(future)], "format_version 7"),
         "generate overwrite input": (
             ["generate", str(run), "-i", str(tmp / "hyp.txt"), "-o", str(tmp / "hyp.txt")],
             "refusing to overwrite",
@@ -127,6 +133,7 @@ CASES = [
     "generate missing model",
     "generate not a model",
     "generate corrupt model",
+    "generate future format",
     "generate overwrite input",
     "evaluate misaligned",
     "evaluate missing hyp",
@@ -187,3 +194,27 @@ def test_prepare_writes_the_lead_baseline(shared_data, tmp_path, capsys):
     assert main(["prepare", "lead", str(dev), "--out", str(out), "--n", "5"]) == 0
     lines = out.read_text().splitlines()
     assert len(lines) == 500 and all(len(line.split()) <= 5 for line in lines)
+
+
+def test_generate_truncates_over_long_lines_and_copes_with_unknown_characters(
+    trained, tmp_path, capsys
+):
+    lines = ["ka " * 100, "漢字 ☃ ka lo", "lo mi"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    assert (
+        main(
+            [
+                "generate",
+                str(trained),
+                "-i",
+                str(tmp_path / "in.txt"),
+                "-o",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+    assert "1 over-long line(s) truncated" in capsys.readouterr().err
