@@ -1,19 +1,18 @@
 """Dropout with a mask drawn from random 16-bit integers instead of ``bernoulli_``.
 
-``nn.Dropout`` on CPU draws one Bernoulli variate per element (``bernoulli_``), which costs
-more than the matmuls of a small Transformer layer's feed-forward and took 11–15 % of a d256
-training step here. This module draws 64 random bits per four elements with ``random_`` and
-compares 16-bit slices against a threshold: several times cheaper, with the same semantics up to
+``nn.Dropout`` on CPU draws one Bernoulli variate per element (``bernoulli_``), which took
+11–15 % of a d256 training step in the project's first profile (shared/PERF-NOTES.md). This
+module draws 64 random bits per four elements with ``random_`` and compares 16-bit slices
+against a threshold (half ``bernoulli_``'s cost or less), with the same semantics up to
 the rounding of ``p`` to a multiple of 2⁻¹⁶ (|Δp| ≤ 2⁻¹⁷): every element is dropped
 independently with probability ``p' = round(p · 2¹⁶) / 2¹⁶`` and survivors are scaled by
-``1 / (1 − p')``, so the expectation is exactly the input. The mask is kept as booleans for the
-backward pass (a quarter of the float mask ``nn.Dropout`` saves). Draws come from torch's
-default generator, so ``torch.manual_seed`` makes them reproducible.
+``1 / (1 − p')``, so the expectation is exactly the input. Draws come from torch's default
+generator, so ``torch.manual_seed`` makes them reproducible. On this project's CPU (AMD EPYC,
+2 threads) forward + backward of a ``(128, 16, 1024)`` activation ran 1.2–1.8× faster than
+``nn.Dropout`` (same-round medians of 15 rounds, two runs).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -42,21 +41,6 @@ def quantised_drop_rate(p: float) -> float:
     return _drop_levels(p) / _LEVELS
 
 
-class _MaskedScale(torch.autograd.Function):
-    """``x · keep · scale``; the backward reuses the boolean mask."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, keep: Tensor, scale: float) -> Tensor:
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return x.mul(keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None, None
-
-
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Functional form of :class:`Dropout` for ``x`` of any shape."""
     if not 0.0 <= p < 1.0:
@@ -64,7 +48,11 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     drop = quantised_drop_rate(p)
     if not training or drop == 0.0:
         return x
-    return _MaskedScale.apply(x, keep_mask(x.shape, p, x.device), 1.0 / (1.0 - drop))
+    keep = keep_mask(x.shape, p, x.device)
+    # One pass from the boolean mask to the scaled float mask, then one multiply (saved for the
+    # backward as in nn.Dropout); measured faster than masking and scaling in separate passes.
+    noise = torch.where(keep, x.new_tensor(1.0 / (1.0 - drop)), x.new_tensor(0.0))
+    return x * noise
 
 
 class Dropout(nn.Module):

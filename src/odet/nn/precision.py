@@ -5,9 +5,11 @@ and the reductions autocast keeps in fp32 (softmax, layer norm, losses) stay fp3
 "fp32 master weights" recipe without a second copy of the model. No loss scaling is needed:
 bfloat16 has fp32's exponent range.
 
-On CPU it also restricts ``scaled_dot_product_attention`` to the math backend: under bf16 the
-default fused (flash) CPU kernel's backward pass is several times slower than the math path's
-two batched matmuls.
+On CPU it can also restrict ``scaled_dot_product_attention`` to the math backend
+(``math_sdpa=True``, the default): on the AMX Xeon of shared/PERF-NOTES.md the fused (flash)
+CPU kernel's bf16 backward was several times slower than the math path's two batched matmuls.
+On the AVX-512-BF16 EPYC of benchmarks/RESULTS.md (no AMX) the fused kernel measured faster:
+pass ``math_sdpa=False`` there.
 
 Typical use in a training step::
 
@@ -31,14 +33,14 @@ PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16")
 
 
 @contextmanager
-def autocast_bf16(device_type: str = "cpu") -> Iterator[None]:
+def autocast_bf16(device_type: str = "cpu", math_sdpa: bool = True) -> Iterator[None]:
     """Forward passes inside run their matmuls in bfloat16 (weights stay fp32).
 
     Wrap the forward pass and the loss, not ``backward()``/``optimizer.step()``: autograd
-    replays the casts by itself.
+    replays the casts by itself. ``math_sdpa`` forces SDPA's math backend on CPU (see above).
     """
     with torch.autocast(device_type, dtype=torch.bfloat16):
-        if device_type == "cpu":
+        if device_type == "cpu" and math_sdpa:
             with sdpa_kernel(SDPBackend.MATH):
                 yield
         else:
