@@ -151,8 +151,6 @@ def update_markdown(existing: str, results: dict[str, Any]) -> str:
 
 def summary(name: str, entry: dict[str, Any]) -> str:
     """One line per training system, for the console."""
-    if "training" not in entry:
-        return f"[{name}] done"
     training = entry["training"]
     ref = training["reference"]
     out = [

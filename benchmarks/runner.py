@@ -279,11 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_training:
             print(f"[{size_name}] training: {', '.join(train_names)}", flush=True)
             entry["training"] = run_training(size, train_names, args.rounds, not args.no_memory)
+            print(report.summary(size_name, entry), flush=True)
         if not args.no_generation:
             print(f"[{size_name}] generation: {', '.join(gen_names)}", flush=True)
             entry["generation"] = run_generation(size, gen_names, args.beams, args.rounds)
         results["sizes"][size_name] = entry
-        print(report.summary(size_name, entry), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
