@@ -161,3 +161,23 @@ def test_arclength_weight_without_a_continuous_encoder_is_rejected(copy_data, tm
 
     with pytest.raises(ConfigError, match="arclength_weight > 0 needs model.encoder_method"):
         TrainConfig.from_dict(tiny_config(copy_data, tmp_path, optim={"arclength_weight": 0.1}))
+
+
+@pytest.mark.parametrize("sdpa", ["math", "fused"])
+def test_bf16_training_tracks_fp32_for_a_few_updates(copy_data, tmp_path, sdpa):
+    budget = {"max_updates": 5, "log_every": 1}
+    train(
+        TrainConfig.from_dict(
+            tiny_config(copy_data, tmp_path / "fp32", train=budget, model={"dropout": 0.0})
+        )
+    )
+    bf16 = tiny_config(
+        copy_data,
+        tmp_path / "bf16",
+        model={"dropout": 0.0},
+        train={**budget, "precision": "bf16", "bf16_sdpa": sdpa},
+    )
+    train(TrainConfig.from_dict(bf16))
+    fp32_losses, bf16_losses = _losses(tmp_path / "fp32"), _losses(tmp_path / "bf16")
+    for step, loss in fp32_losses.items():
+        assert bf16_losses[step] == pytest.approx(loss, rel=0.02), step

@@ -118,6 +118,7 @@ class LoopConfig:
     max_updates: int = 0
     max_minutes: float = 0.0
     precision: Literal["fp32", "bf16"] = "fp32"
+    bf16_sdpa: Literal["math", "fused"] = "math"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 0
     save_every_updates: int = 0

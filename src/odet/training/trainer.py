@@ -15,13 +15,11 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -41,6 +39,7 @@ from odet.evaluation.files import read_all_lines
 from odet.evaluation.scoring import score_text
 from odet.generation.text import GenerationConfig, Translator
 from odet.models import Seq2Seq
+from odet.nn.precision import autocast_bf16
 from odet.training.checkpoint import (
     TrainerState,
     checkpoint_name,
@@ -139,18 +138,11 @@ def encode_split(
     return dataset
 
 
-@contextlib.contextmanager
-def autocast(precision: str, device: torch.device) -> Iterator[None]:
-    """bf16 autocast; on CPU with SDPA's math backend (the default kernel's backward is slow)."""
-    if precision != "bf16":
-        yield
-        return
-    if device.type == "cpu":
-        with torch.autocast("cpu", dtype=torch.bfloat16), sdpa_kernel([SDPBackend.MATH]):
-            yield
-    else:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            yield
+def autocast(precision: str, device: torch.device, math_sdpa: bool = True) -> Any:
+    """The forward-pass context for ``train.precision`` (see ``odet.nn.precision``)."""
+    if precision == "bf16":
+        return autocast_bf16(device.type, math_sdpa=math_sdpa)
+    return contextlib.nullcontext()
 
 
 class _StopSignals:
@@ -425,7 +417,7 @@ class Trainer:
                 if self.dist.enabled and not updating:
                     sync = self.ddp.no_sync()  # type: ignore[operator]
                 with sync:
-                    with autocast(c.train.precision, self.device):
+                    with self._precision():
                         logits, stats = model(batch.src, batch.tgt_in, with_stats=True)
                         loss, nll, ntok = label_smoothed_loss(
                             logits, batch.tgt_out, smoothing=c.optim.label_smoothing, pad_id=pad
@@ -573,6 +565,11 @@ class Trainer:
             return "early_stopping"
         return ""
 
+    def _precision(self) -> Any:
+        """The forward-pass context for ``train.precision`` on this device."""
+        c = self.config.train
+        return autocast(c.precision, self.device, math_sdpa=c.bf16_sdpa == "math")
+
     def _log_coefficients(self) -> None:
         """The blocks' stage weights (mean gate for gated RK2) on a validation batch."""
         if self.valid_set is None:
@@ -620,7 +617,7 @@ class Trainer:
         nll_sum, tokens = 0.0, 0
         for indices in batcher:
             batch = dataset.batch(indices).to(self.device)
-            with autocast(self.config.train.precision, self.device):
+            with self._precision():
                 logits = self.model(batch.src, batch.tgt_in)
             _, nll, ntok = label_smoothed_loss(
                 logits, batch.tgt_out, smoothing=0.0, pad_id=self.model.config.pad_id
@@ -645,7 +642,7 @@ class Trainer:
 
     def translate(self, sentences: list[str], search: GenerationConfig | None = None) -> list[str]:
         translator = Translator(self.model, self.tokenizers, search or self.config.generation)
-        with autocast(self.config.train.precision, self.device):
+        with self._precision():
             return translator.translate(sentences, progress=self.progress)
 
     def _references(self, pairs: TextPairs, extra_files: tuple[str, ...]) -> list[list[str]]:
