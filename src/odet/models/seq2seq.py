@@ -30,6 +30,7 @@ from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
     DecoderField,
     DecoderState,
+    Dropout,
     EncoderField,
     KVCache,
     SinusoidalPositions,
@@ -79,7 +80,7 @@ class Seq2Seq(nn.Module):
             else TokenEmbedding(c.target_vocab_size, c.d_model, c.pad_id, c.scale_embeddings)
         )
         self.positions = SinusoidalPositions(c.max_positions, c.d_model)
-        self.embed_dropout = nn.Dropout(c.dropout)
+        self.embed_dropout = Dropout(c.dropout)
 
         field_options = dict(
             dropout=c.dropout,

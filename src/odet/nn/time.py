@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from odet.nn.attention import SelfAttention
+from odet.nn.dropout import Dropout
 from odet.nn.feedforward import Activation, FeedForward
 
 TimeConditioning = Literal["none", "concat", "embedding", "film"]
@@ -176,7 +177,7 @@ class TimeConditionedEncoderField(nn.Module):
         self.ffn = FeedForward(
             d_model, ffn_dim, activation=activation, activation_dropout=activation_dropout
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self, t: float | Tensor, z: Tensor, *, padding_mask: Tensor | None = None
