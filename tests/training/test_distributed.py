@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from odet.models import Seq2Seq
@@ -19,7 +20,8 @@ def _train_losses(run) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records if r["event"] == "train"}
 
 
-def test_two_rank_ddp_matches_one_process_with_the_same_global_batch(copy_data, tmp_path):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_ranks_match_one_process_with_the_same_global_batch(copy_data, tmp_path, parallel):
     # Two ranks each take every other batch of the epoch's order, so one DDP update covers the
     # same two batches that a single process accumulates with update_freq=2. Dropout is off so
     # the random streams do not differ.
@@ -28,7 +30,9 @@ def test_two_rank_ddp_matches_one_process_with_the_same_global_batch(copy_data, 
     single["train"]["update_freq"] = 2
     train(TrainConfig.from_dict(single))
 
-    config = write_config(tmp_path / "ddp.yaml", tiny_config(copy_data, tmp_path / "ddp", **common))
+    ranked = tiny_config(copy_data, tmp_path / "ddp", **common)
+    ranked["train"]["parallel"] = parallel
+    config = write_config(tmp_path / "ddp.yaml", ranked)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable,
@@ -50,10 +54,12 @@ def test_two_rank_ddp_matches_one_process_with_the_same_global_batch(copy_data, 
     for step, loss in expected.items():
         assert abs(actual[step] - loss) <= 1e-5 * max(1.0, abs(loss)), (step, actual, expected)
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["parameters_identical_across_ranks"]
+    assert summary["world_size"] == 2 and summary["parallel"] == parallel
+    if parallel == "ddp":
+        assert summary["parameters_identical_across_ranks"]
     ddp_model = Seq2Seq.from_pretrained(summary["last_checkpoint"]).state_dict()
     single_summary = json.loads((tmp_path / "single" / "summary.json").read_text())
     for name, value in (
         Seq2Seq.from_pretrained(single_summary["last_checkpoint"]).state_dict().items()
     ):
-        torch.testing.assert_close(ddp_model[name], value, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(ddp_model[name], value, rtol=1e-4, atol=2e-5)

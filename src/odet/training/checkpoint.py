@@ -114,7 +114,7 @@ def save_checkpoint(
     model: Seq2Seq,
     tokenizers: TokenizerPair,
     config_yaml: str,
-    optimizer: torch.optim.Optimizer,
+    optimizer_state: dict[str, Any],
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     state: TrainerState,
     keep_last: int,
@@ -131,7 +131,7 @@ def save_checkpoint(
         (tmp / CONFIG_NAME).write_text(config_yaml, encoding="utf-8")
         (tmp / STATE_NAME).write_text(json.dumps(asdict(state), indent=2) + "\n", encoding="utf-8")
         torch.save(
-            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+            {"optimizer": optimizer_state, "scheduler": scheduler.state_dict()},
             tmp / OPTIMIZER_NAME,
         )
         save_file({"torch": torch.get_rng_state()}, str(tmp / RNG_NAME))

@@ -120,6 +120,7 @@ class LoopConfig:
     precision: Literal["fp32", "bf16"] = "fp32"
     bf16_sdpa: Literal["math", "fused"] = "math"
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    parallel: Literal["ddp", "fsdp"] = "ddp"
     threads: int = 0
     save_every_updates: int = 0
     keep_last: int = 3

@@ -20,6 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -41,6 +49,7 @@ from odet.generation.text import GenerationConfig, Translator
 from odet.models import Seq2Seq
 from odet.nn.precision import autocast_bf16
 from odet.training.checkpoint import (
+    Checkpoint,
     TrainerState,
     checkpoint_name,
     latest_checkpoint,
@@ -55,6 +64,9 @@ from odet.training.metrics import MetricsLog, plot_learning_curve
 from odet.training.schedule import inverse_sqrt_schedule
 
 logger = logging.getLogger("odet.train")
+
+_FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+"""Gather sharded (FSDP) weights/optimizer state into ordinary full tensors on the CPU."""
 
 
 class TrainingInterruptedError(RuntimeError):
@@ -241,7 +253,7 @@ class Trainer:
         c = self.config
         if c.train.threads:
             torch.set_num_threads(c.train.threads)
-        torch.manual_seed(c.seed + self.dist.rank)
+        torch.manual_seed(c.seed)  # the same initial weights on every rank
         if self.dist.is_main:
             (self.out / "config.yaml").write_text(c.to_yaml(), encoding="utf-8")
 
@@ -291,6 +303,31 @@ class Trainer:
         tgt_vocab = None if self.tokenizers.is_joint else self.tokenizers.target.vocab_size
         self.model = Seq2Seq(c.model_config(self.tokenizers.source.vocab_size, tgt_vocab))
         self.model.to(self.device)
+        if self.dist.enabled:
+            torch.manual_seed(c.seed + self.dist.rank)  # but each rank its own dropout masks
+        self.state = TrainerState()
+        logger.info(
+            "model: %s encoder, %s decoder, %d parameters; %d training pairs in %d batches per "
+            "epoch%s; device %s",
+            self.model.config.encoder_method,
+            self.model.config.decoder_method,
+            self.model.num_parameters(),
+            len(self.train_set),
+            self.batcher.num_batches,
+            f" over {self.dist.world_size} ranks ({c.train.parallel})" if self.dist.enabled else "",
+            self.device,
+        )
+        checkpoint = self._latest_checkpoint()
+        if checkpoint is not None:  # weights first: sharding distributes what is loaded
+            self.model.load_state_dict(Seq2Seq.from_pretrained(checkpoint.path).state_dict())
+        self.sharded = self.dist.enabled and c.train.parallel == "fsdp"
+        self.ddp: torch.nn.Module = self.model
+        if self.sharded:
+            fully_shard(self.model)
+        elif self.dist.enabled:
+            self.ddp = DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=c.optim.lr,
@@ -301,41 +338,30 @@ class Trainer:
         self.scheduler = inverse_sqrt_schedule(
             self.optimizer, c.optim.warmup_updates, c.optim.warmup_init_lr
         )
-        self.state = TrainerState()
-        logger.info(
-            "model: %s encoder, %s decoder, %d parameters; %d training pairs in %d batches per "
-            "epoch%s; device %s",
-            self.model.config.encoder_method,
-            self.model.config.decoder_method,
-            self.model.num_parameters(),
-            len(self.train_set),
-            self.batcher.num_batches,
-            f" over {self.dist.world_size} ranks" if self.dist.enabled else "",
-            self.device,
-        )
-        self._resume()
-        self.ddp: torch.nn.Module = (
-            DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
-            if self.dist.enabled
-            else self.model
-        )
+        self._resume(checkpoint)
 
-    def _resume(self) -> None:
+    def _latest_checkpoint(self) -> Checkpoint | None:
         if self.dist.is_main and self.ckpt_root.is_dir():
             for path in remove_partial_writes(self.ckpt_root):
                 logger.warning("removed %s, left by an interrupted checkpoint write", path.name)
         self.dist.barrier()
         checkpoint = latest_checkpoint(self.ckpt_root)
         self.dist.barrier()
+        return checkpoint
+
+    def _resume(self, checkpoint: Checkpoint | None) -> None:
+        """Optimizer, schedule, RNG, counters and data position of ``checkpoint`` (the weights
+        were loaded before the model was wrapped)."""
         if checkpoint is None:
             if self.dist.is_main:
                 self.metrics.truncate_after(0)
             return
-        loaded = Seq2Seq.from_pretrained(checkpoint.path)
-        self.model.load_state_dict(loaded.state_dict())
-        self.optimizer.load_state_dict(checkpoint.optimizer)
+        if self.sharded:
+            set_optimizer_state_dict(
+                self.model, self.optimizer, checkpoint.optimizer, options=_FULL_STATE
+            )
+        else:
+            self.optimizer.load_state_dict(checkpoint.optimizer)
         self.scheduler.load_state_dict(checkpoint.scheduler)
         if not self.dist.enabled:
             torch.set_rng_state(checkpoint.rng)
@@ -349,6 +375,17 @@ class Trainer:
             self.state.step,
             self.state.epoch,
         )
+
+    def _evaluation_model(self) -> Seq2Seq:
+        """A model rank 0 can run on its own: the training model, or for FSDP a full copy of the
+        sharded weights (a collective: every rank must call it)."""
+        if not self.sharded:
+            return self.model
+        weights = get_model_state_dict(self.model, options=_FULL_STATE)
+        copy = Seq2Seq(self.model.config)
+        if self.dist.is_main:
+            copy.load_state_dict(weights)
+        return copy.to(self.device)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> TrainResult:
@@ -413,8 +450,10 @@ class Trainer:
                 batch = self.train_set.batch(indices).to(self.device)
                 last_of_epoch = self.batcher.state_dict()["position"] >= len(self.batcher)
                 updating = accum + 1 >= c.train.update_freq or last_of_epoch
-                sync = contextlib.nullcontext()
-                if self.dist.enabled and not updating:
+                sync: Any = contextlib.nullcontext()
+                if self.sharded:
+                    self.model.set_requires_gradient_sync(updating)  # type: ignore[operator]
+                elif self.dist.enabled and not updating:
                     sync = self.ddp.no_sync()  # type: ignore[operator]
                 with sync:
                     with self._precision():
@@ -458,6 +497,8 @@ class Trainer:
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     params, c.optim.clip_norm or float("inf")
                 )
+                if isinstance(grad_norm, DTensor):
+                    grad_norm = grad_norm.full_tensor()
                 if not (math.isfinite(total_loss) and torch.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)
                     self.state.skipped_updates += 1
@@ -524,7 +565,8 @@ class Trainer:
 
     def _end_of_epoch(self, started: float) -> str:
         self.state.epoch = self.batcher.epoch
-        metrics = self.validate() if self.dist.is_main else {}
+        model = self._evaluation_model()
+        metrics = self.validate(model) if self.dist.is_main else {}
         metrics = self.dist.broadcast_object(metrics)  # type: ignore[assignment]
         is_best = False
         if metrics:
@@ -555,11 +597,11 @@ class Trainer:
                         f"epoch {self.state.epoch} | update {self.state.step} | "
                         + " | ".join(f"valid {k} {v:.2f}" for k, v in metrics.items())
                     )
-                self._log_coefficients()
+                self._log_coefficients(model)
                 plot_learning_curve(
                     self.metrics.read(), self.out / "learning_curve.png", title=self.out.name
                 )
-        self._save(started, is_best=is_best)
+        self._save(started, is_best=is_best, model=model)
         patience = self.config.train.patience
         if patience and self.state.bad_epochs >= patience:
             return "early_stopping"
@@ -570,28 +612,34 @@ class Trainer:
         c = self.config.train
         return autocast(c.precision, self.device, math_sdpa=c.bf16_sdpa == "math")
 
-    def _log_coefficients(self) -> None:
+    def _log_coefficients(self, model: Seq2Seq) -> None:
         """The blocks' stage weights (mean gate for gated RK2) on a validation batch."""
         if self.valid_set is None:
             return
         batch = self.valid_set.batch(list(range(min(64, len(self.valid_set))))).to(self.device)
-        snapshot = coefficient_snapshot(self.model, batch.src, batch.tgt_in)
+        snapshot = coefficient_snapshot(model, batch.src, batch.tgt_in)
         if any(row for rows in snapshot.values() for row in rows):
             self.metrics.write("coefficients", step=self.state.step, **snapshot)
-        self.model.train()
 
-    def _save(self, started: float, *, is_best: bool) -> Path:
-        """Rank 0 writes the checkpoint; every rank waits for it and gets its path."""
+    def _save(self, started: float, *, is_best: bool, model: Seq2Seq | None = None) -> Path:
+        """Rank 0 writes the checkpoint; every rank waits for it and gets its path (with FSDP
+        every rank takes part in gathering the weights and optimizer state first)."""
         self.state.elapsed_seconds = time.perf_counter() - started
         self.state.batcher = dict(self.batcher.state_dict())
         path = self.ckpt_root / checkpoint_name(self.state.step)
+        model = model if model is not None else self._evaluation_model()
+        optimizer_state = (
+            get_optimizer_state_dict(self.model, self.optimizer, options=_FULL_STATE)
+            if self.sharded
+            else self.optimizer.state_dict()
+        )
         if self.dist.is_main:
             path = save_checkpoint(
                 self.ckpt_root,
-                model=self.model,
+                model=model,
                 tokenizers=self.tokenizers,
                 config_yaml=self.config.to_yaml(),
-                optimizer=self.optimizer,
+                optimizer_state=optimizer_state,
                 scheduler=self.scheduler,
                 state=self.state,
                 keep_last=self.config.train.keep_last,
@@ -602,9 +650,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def validation_loss(self, dataset: ParallelDataset) -> float:
+    def validation_loss(self, model: Seq2Seq, dataset: ParallelDataset) -> float:
         """Mean NLL per target token (no label smoothing)."""
-        self.model.eval()
+        model.eval()
         batcher = TokenBudgetBatcher(
             dataset.source_sizes,
             dataset.target_sizes,
@@ -618,30 +666,32 @@ class Trainer:
         for indices in batcher:
             batch = dataset.batch(indices).to(self.device)
             with self._precision():
-                logits = self.model(batch.src, batch.tgt_in)
+                logits = model(batch.src, batch.tgt_in)
             _, nll, ntok = label_smoothed_loss(
-                logits, batch.tgt_out, smoothing=0.0, pad_id=self.model.config.pad_id
+                logits, batch.tgt_out, smoothing=0.0, pad_id=model.config.pad_id
             )
             nll_sum += nll.item()
             tokens += ntok
         return nll_sum / max(tokens, 1)
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, model: Seq2Seq) -> dict[str, float]:
         if self.valid_set is None or self.valid_pairs is None:
             return {}
-        loss = self.validation_loss(self.valid_set)
+        loss = self.validation_loss(model, self.valid_set)
         metrics = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
         metric = self.config.train.valid_metric
         if metric != "none":
             search = replace(self.config.generation, beam_size=self.config.train.valid_beam_size)
-            hyps = self.translate(list(self.valid_pairs.source), search)
+            hyps = self.translate(model, list(self.valid_pairs.source), search)
             refs = self._references(self.valid_pairs, self.config.data.valid_references)
             metrics.update(score_text(metric, hyps, refs, self.valid_pairs.source))
-        self.model.train()
+        model.train()
         return metrics
 
-    def translate(self, sentences: list[str], search: GenerationConfig | None = None) -> list[str]:
-        translator = Translator(self.model, self.tokenizers, search or self.config.generation)
+    def translate(
+        self, model: Seq2Seq, sentences: list[str], search: GenerationConfig | None = None
+    ) -> list[str]:
+        translator = Translator(model, self.tokenizers, search or self.config.generation)
         with self._precision():
             return translator.translate(sentences, progress=self.progress)
 
@@ -660,10 +710,12 @@ class Trainer:
         return [[t, *(e[i] for e in extras)] for i, t in enumerate(pairs.target)]
 
     def _finish(self, last: Path) -> TrainResult:
-        digests = self.dist.all_gather_object(_parameter_digest(self.model))
-        consistent = len(set(digests)) == 1
+        # Replicated (DDP) ranks must hold identical weights; sharded (FSDP) ones hold shards.
+        digests = [] if self.sharded else self.dist.all_gather_object(_parameter_digest(self.model))
+        consistent = len(set(digests)) <= 1
         if not consistent:
             raise RuntimeError(f"ranks ended with different parameters: {digests}")
+        model = self._evaluation_model()
         index = read_index(self.ckpt_root)
         best = self.ckpt_root / index["best"] if index.get("best") else None
         result = TrainResult(
@@ -679,13 +731,13 @@ class Trainer:
         )
         if not self.dist.is_main:
             return result
-        valid = self.validate() if best is None else {}
+        valid = self.validate(model) if best is None else {}
         test: dict[str, float] = {}
         if self.config.data.test:
             if best is not None:
-                self.model.load_state_dict(Seq2Seq.from_pretrained(best).state_dict())
+                model = Seq2Seq.from_pretrained(best).to(self.device)
             pairs = read_split(self.config.data, self.config.data.test)
-            hyps = self.translate(list(pairs.source))
+            hyps = self.translate(model, list(pairs.source))
             (self.out / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
             metric = self.config.train.valid_metric
             refs = self._references(pairs, self.config.data.test_references)
@@ -700,10 +752,11 @@ class Trainer:
             "best_metric": result.best_metric,
             "best_checkpoint": str(best) if best else None,
             "last_checkpoint": str(last),
-            "parameters": self.model.num_parameters(),
+            "parameters": model.num_parameters(),
             "world_size": self.dist.world_size,
-            "parameters_identical_across_ranks": consistent,
-            "parameter_digest": digests[0],
+            "parallel": self.config.train.parallel if self.dist.enabled else "none",
+            "parameters_identical_across_ranks": consistent if digests else None,
+            "parameter_digest": digests[0] if digests else None,
             "test": test,
         }
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -715,6 +768,8 @@ def train(config: TrainConfig, *, progress: bool | None = None) -> TrainResult:
     trainer = Trainer(config, progress=progress)
     try:
         trainer.setup()
-        return trainer.run()
+        result = trainer.run()
+        trainer.dist.barrier()  # ranks leave together: rank 0 may still be decoding the test set
+        return result
     finally:
         trainer.close()
