@@ -138,8 +138,11 @@ def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str,
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {}
+    names = [Path(run).name for run in runs]
+    unique = len(set(names)) == len(names)
     for run in runs:
         run_dir = Path(run)
+        label = run_dir.name if unique else f"{run_dir.parent.name}/{run_dir.name}"
         model_dir = resolve_model_dir(run_dir, "best")
         model = Seq2Seq.from_pretrained(model_dir).eval()
         tokenizers = TokenizerPair.load(model_dir)
@@ -153,7 +156,7 @@ def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str,
         history = [
             r for r in MetricsLog(run_dir / "metrics.jsonl").read() if r["event"] == "coefficients"
         ]
-        report[run_dir.name] = {
+        report[label] = {
             "checkpoint": str(model_dir),
             "encoder_method": model.config.encoder_method,
             "decoder_method": model.config.decoder_method,
@@ -203,7 +206,7 @@ def _plot_coefficients(report: dict[str, Any], path: Any) -> None:
             steps = [r["step"] for r in history]
             for b in range(len(blocks[0]) if blocks else 0):
                 series = [row[b][0] for row in blocks if row[b]]
-                if len(series) == len(steps) and series:
+                if len(series) == len(steps) and series and max(series) > min(series):
                     ax.plot(steps, series, "o-", ms=3, label=f"{name} {stack} block {b + 1}")
                     plotted = True
     ax.set(xlabel="update", ylabel="gate mean g / first stage weight")

@@ -265,11 +265,17 @@ def _plot(config: ExperimentConfig, results: list[RunResult], path: Path) -> Non
         for r in (r for r in results if r.variant == variant):
             run = Path(config.output_dir) / variant / f"seed{r.seed}"
             records = MetricsLog(run / "metrics.jsonl").read()
-            points = [
-                (x["elapsed"] / 60, x["bleu"])
-                for x in records
-                if x["event"] == "valid" and x.get("bleu") is not None and "elapsed" in x
-            ]
+            train_times = [(x["step"], x["elapsed"]) for x in records if x["event"] == "train"]
+            points = []
+            for x in records:
+                if x["event"] != "valid" or x.get("bleu") is None:
+                    continue
+                # older logs lack "elapsed" on validation records: use the last train record's
+                seconds = x.get("elapsed") or max(
+                    (t for step, t in train_times if step <= x["step"]), default=None
+                )
+                if seconds is not None:
+                    points.append((seconds / 60, x["bleu"]))
             if points:
                 ax.plot(
                     *zip(*points),
