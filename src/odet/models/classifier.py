@@ -23,9 +23,10 @@ from torch import Tensor, nn
 from odet.blocks import STACK_METHODS, build_stack
 from odet.blocks.continuous import build_continuous_encoder
 from odet.config import check, check_types, from_dict, suggest, to_dict
+from odet.models.config import ContinuousEncoderConfig
 from odet.nn import EncoderField, SinusoidalPositions, TokenEmbedding
-from odet.nn.time import TIME_CONDITIONINGS, TimeConditionedEncoderField
-from odet.ode import ADAPTIVE_METHODS, TABLEAUS, SolveStats
+from odet.nn.time import TimeConditionedEncoderField
+from odet.ode import SolveStats
 
 CONTINUOUS = "continuous"
 
@@ -102,28 +103,19 @@ class ClassifierConfig:
             )
 
     def _check_continuous(self, name: str) -> None:
-        check(self.t1 > 0, f"{name}.t1 must be > 0, got {self.t1}")
-        check(self.time_conditioning in TIME_CONDITIONINGS, f"{name}.time_conditioning invalid")
         check(self.max_frequency >= 1.0, f"{name}.max_frequency must be >= 1")
-        check(self.max_steps >= 1, f"{name}.max_steps must be >= 1, got {self.max_steps}")
-        if self.fixed_steps is None:
-            allowed = list(ADAPTIVE_METHODS[self.backend])
-            check(
-                self.solver in allowed,
-                f"{name}.solver = {self.solver!r} is not an adaptive method of backend "
-                f"{self.backend!r}; choose one of {allowed} (or set fixed_steps and a tableau)",
-            )
-            check(
-                self.rtol >= 0 and self.atol >= 0 and self.rtol + self.atol > 0,
-                f"{name} needs rtol, atol >= 0, not both 0; got {self.rtol}, {self.atol}",
-            )
-        else:
-            check(self.fixed_steps >= 1, f"{name}.fixed_steps must be >= 1")
-            check(
-                self.solver in TABLEAUS,
-                f"{name}.solver = {self.solver!r} with fixed_steps must be a tableau; choose "
-                f"one of {sorted(TABLEAUS)}",
-            )
+        ContinuousEncoderConfig(  # the same solver rules as Seq2Seq's continuous encoder
+            time_conditioning=self.time_conditioning,
+            layer_norm=self.layer_norm,
+            t1=self.t1,
+            solver=self.solver,
+            backend=self.backend,
+            rtol=self.rtol,
+            atol=self.atol,
+            max_steps=self.max_steps,
+            fixed_steps=self.fixed_steps,
+            arclength=self.arclength,
+        )
 
     @property
     def continuous(self) -> bool:

@@ -39,7 +39,7 @@ class ContinuousEncoderConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
-        name = "Seq2SeqConfig.continuous"
+        name = "continuous encoder"
         check(self.t1 > 0, f"{name}.t1 must be > 0, got {self.t1}")
         check(self.max_steps >= 1, f"{name}.max_steps must be >= 1, got {self.max_steps}")
         if self.fixed_steps is None:
