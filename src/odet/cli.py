@@ -172,7 +172,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     report = analyze_runs(args.runs, args.out, sentences=args.sentences)
     for name, entry in report.items():
-        sizes = ", ".join(f"{v:.2f}" for v in entry["update_sizes"]["encoder"])
+        sizes = ", ".join(f"{v:.2f}" for v in entry["update_sizes"].get("encoder", []))
         print(f"{name}: encoder block update sizes {sizes}")
     print(f"plots and analysis.json in {args.out}")
     return 0

@@ -21,12 +21,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from odet.blocks import Coefficients, GatedCoefficients
+from odet.blocks import Coefficients, GatedCoefficients, Stack
 from odet.models import Seq2Seq
 
 
-def _stacks(model: Seq2Seq) -> dict[str, nn.Module]:
-    return {"encoder": model.encoder, "decoder": model.decoder}
+def _stacks(model: Seq2Seq) -> dict[str, Stack]:
+    """The model's discrete stacks (a continuous encoder has no blocks to inspect)."""
+    stacks = {"encoder": model.encoder, "decoder": model.decoder}
+    return {name: stack for name, stack in stacks.items() if isinstance(stack, Stack)}
 
 
 @contextmanager

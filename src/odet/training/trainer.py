@@ -396,7 +396,11 @@ class Trainer:
             while not stop_reason and self.batcher.epoch < c.max_epochs:
                 stop_reason = self._train_epoch(started, signals)
                 epoch_completed = self.batcher.state_dict()["position"] == 0
-                if epoch_completed and stop_reason in ("", "max_updates", "max_minutes"):
+                # Validate at every epoch end, and also when a budget stops training mid-epoch,
+                # so the final model competes for "best".
+                if stop_reason in ("max_updates", "max_minutes") or (
+                    epoch_completed and not stop_reason
+                ):
                     stop_reason = self._end_of_epoch(started) or stop_reason
             if stop_reason == "signal":
                 self._save(started, is_best=False)
