@@ -154,7 +154,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from odet.experiments.seq2seq import load_experiment, run_experiment
 
     config = load_experiment(args.config, list(args.set or []))
-    run_experiment(config, progress=not args.no_progress)
+    run_experiment(config, progress=not args.no_progress, variants=args.variants, seeds=args.seeds)
     print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
     return 0
 
@@ -305,6 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=VALUE",
         help="an override for every run, e.g. --set data.data_dir=PATH",
+    )
+    p.add_argument(
+        "--variants", nargs="+", metavar="NAME", help="train only these variants (default: all)"
+    )
+    p.add_argument(
+        "--seeds", nargs="+", type=int, metavar="SEED", help="train only these seeds (default: all)"
     )
     p.add_argument("--no-progress", action="store_true")
 

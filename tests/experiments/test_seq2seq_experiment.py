@@ -51,3 +51,31 @@ def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_dat
     mtime = (tmp_path / "exp" / "euler" / "seed1" / "summary.json").stat().st_mtime
     assert main(["experiment", str(path), "--no-progress"]) == 0
     assert (tmp_path / "exp" / "euler" / "seed1" / "summary.json").stat().st_mtime == mtime
+
+
+def test_experiment_split_across_calls_reports_every_finished_run(copy_data, tmp_path, capsys):  # noqa: F811
+    base = write_config(
+        tmp_path / "base.yaml",
+        tiny_config(copy_data, tmp_path / "unused", train={"max_updates": 3}),
+    )
+    experiment = {
+        "base": str(base),
+        "output_dir": str(tmp_path / "exp"),
+        "seeds": [1],
+        "variants": {"euler": {}, "rk2": {"model.encoder_method": "rk2"}},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+
+    def variants_in_report() -> list[str]:
+        return [r["variant"] for r in csv.DictReader((tmp_path / "exp" / "results.csv").open())]
+
+    assert main(["experiment", str(path), "--no-progress", "--variants", "rk2"]) == 0
+    assert variants_in_report() == ["rk2"]
+    assert not (tmp_path / "exp" / "euler").exists()
+    assert main(["experiment", str(path), "--no-progress", "--variants", "euler"]) == 0
+    assert variants_in_report() == ["euler", "rk2"]
+
+    capsys.readouterr()
+    assert main(["experiment", str(path), "--no-progress", "--variants", "rk3"]) != 0
+    assert "unknown variant(s) ['rk3']" in capsys.readouterr().err

@@ -91,23 +91,56 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     return from_dict(ExperimentConfig, data, where="experiment")
 
 
-def run_experiment(config: ExperimentConfig, *, progress: bool = True) -> list[RunResult]:
-    """Train every (variant, seed) not yet finished, then write the report."""
-    for variant in config.variants:  # validate every run's config before training any
-        load_train_config(config.base, config.run_overrides(variant, config.seeds[0]))
-    results = []
-    for seed in config.seeds:
-        for variant in config.variants:
-            results.append(_run(config, variant, seed, progress))
+def run_experiment(
+    config: ExperimentConfig,
+    *,
+    progress: bool = True,
+    variants: list[str] | None = None,
+    seeds: list[int] | None = None,
+) -> list[RunResult]:
+    """Train every selected (variant, seed) not yet finished, then write the report.
+
+    ``variants``/``seeds`` restrict which runs this call trains (default: all), so one
+    experiment can be split across processes or machines sharing ``output_dir``. The report
+    always covers every finished run of the experiment, whoever trained it.
+    """
+    chosen_variants = _select(variants, list(config.variants), "variant")
+    chosen_seeds = _select(seeds, list(config.seeds), "seed")
+    for variant in chosen_variants:  # validate every run's config before training any
+        load_train_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
+    for seed in chosen_seeds:
+        for variant in chosen_variants:
+            _run(config, variant, seed, progress)
+            results = finished_results(config)
             write_report(config, results)
-    return results
+    return finished_results(config)
 
 
-def _run(config: ExperimentConfig, variant: str, seed: int, progress: bool) -> RunResult:
+def finished_results(config: ExperimentConfig) -> list[RunResult]:
+    """Results of every run of the experiment that has finished (has ``summary.json``)."""
+    return [
+        _run(config, variant, seed, progress=False, train_missing=False)
+        for seed in config.seeds
+        for variant in config.variants
+        if (Path(config.output_dir) / variant / f"seed{seed}" / "summary.json").is_file()
+    ]
+
+
+def _select(chosen: list[Any] | None, available: list[Any], what: str) -> list[Any]:
+    if not chosen:
+        return available
+    unknown = [c for c in chosen if c not in available]
+    check(not unknown, f"unknown {what}(s) {unknown}; the experiment has {available}")
+    return [a for a in available if a in chosen]
+
+
+def _run(
+    config: ExperimentConfig, variant: str, seed: int, progress: bool, train_missing: bool = True
+) -> RunResult:
     train_config = load_train_config(config.base, config.run_overrides(variant, seed))
     run = Path(train_config.output_dir)
     summary_file = run / "summary.json"
-    if not summary_file.is_file():
+    if train_missing and not summary_file.is_file():
         train(train_config, progress=progress)
     summary = json.loads(summary_file.read_text())
     references = (
