@@ -80,6 +80,15 @@ def _training_tables(entry: dict[str, Any]) -> list[str]:
             for k, v in training["rk"].items()
         ],
     )
+    if training.get("memory_ratios"):
+        lines += ["", "Peak training memory (forked child, RSS growth) against Euler:", ""]
+        lines += _table(
+            ["ratio", "memory", "≤ 1.3 (RK4 + checkpointing)"],
+            [
+                [k, _fmt(v), _yes(v <= 1.3) if "ckpt" in k else "–"]
+                for k, v in training["memory_ratios"].items()
+            ],
+        )
     return lines
 
 
@@ -161,4 +170,6 @@ def summary(name: str, entry: dict[str, Any]) -> str:
         out.append(f"  {system:20s} {r['tokens_per_s']:8.0f} tok/s{speed}, MFU {r['mfu']:.0%}")
     for key, v in training["rk"].items():
         out.append(f"  {key:28s} time {v['time_ratio']:.2f} vs FLOPs {v['flop_ratio']:.2f}")
+    for key, ratio in training.get("memory_ratios", {}).items():
+        out.append(f"  {key:28s} peak memory {ratio:.2f}×")
     return "\n".join(out)

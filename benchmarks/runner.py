@@ -41,6 +41,8 @@ REFERENCE = ("hf-marian", "torch-transformer")
 """Ratios are taken against the first of these that ran."""
 BASELINE = "odet-euler"
 RK_PAIRS = (("odet-rk2", BASELINE), ("odet-rk2-gated", BASELINE), ("odet-rk4", BASELINE))
+MEMORY_PAIRS = (("odet-rk4", BASELINE), ("odet-rk4-ckpt", BASELINE))
+"""Peak training memory ratios; RK4 with activation checkpointing should stay near Euler."""
 BF16_SYSTEMS = frozenset(
     {"odet-euler-bf16", "odet-euler-bf16-fused-sdpa", "odet-euler-bf16-weights"}
 )
@@ -140,9 +142,15 @@ def run_training(
             ),
             "flop_ratio": encoder_flops[m] / encoder_flops["euler"],
         }
+    memory_ratios = {
+        f"{a}/{b}": memory[a] / memory[b]
+        for a, b in MEMORY_PAIRS
+        if memory.get(a) and memory.get(b)
+    }
     return {
         "reference": reference,
         "skipped": skipped,
+        "memory_ratios": memory_ratios,
         "gemm_gflops": {k: gemm_flops / t.median / 1e9 for k, t in gemm.items()},
         "gemm_shape": [tokens, size.d_model, size.ffn_dim],
         "train": train,

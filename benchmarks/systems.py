@@ -187,9 +187,12 @@ def odet_model(size: BenchSize, encoder_method: str = "euler", coefficients: str
     return Seq2Seq(odet_config(size, encoder_method, coefficients))
 
 
-def _odet_train(method: str, coefficients: str = "fixed", bf16: bool = False):
+def _odet_train(
+    method: str, coefficients: str = "fixed", bf16: bool = False, checkpointing: bool = False
+):
     def build(size: BenchSize) -> TrainSystem:
         model = odet_model(size, method, coefficients).train()
+        model.set_activation_checkpointing(checkpointing)
         return TrainSystem(
             model,
             lambda b: model(b.src, b.tgt_in),
@@ -329,6 +332,7 @@ TRAIN_SYSTEMS: dict[str, Callable[[BenchSize], TrainSystem]] = {
     "odet-rk2": _odet_train("rk2"),
     "odet-rk2-gated": _odet_train("rk2", "gated"),
     "odet-rk4": _odet_train("rk4"),
+    "odet-rk4-ckpt": _odet_train("rk4", checkpointing=True),
     "odet-euler-bf16": _odet_train("euler", bf16=True),
     "odet-euler-bf16-fused-sdpa": _odet_bf16_default_sdpa,
     "odet-euler-bf16-weights": _odet_bf16_weights,

@@ -38,6 +38,7 @@ def test_parallel_text_reads_plain_and_gzip_sides_stripped(tmp_path: Path) -> No
         "malformed_json": 0,
         "missing_field": 0,
         "not_a_string": 0,
+        "beyond_limit": 0,
     }
 
 
@@ -56,6 +57,20 @@ def test_parallel_text_skips_whole_pair_on_empty_or_invalid_utf8_side(tmp_path: 
     assert (report.lines, report.kept, report.empty, report.invalid_utf8) == (6, 2, 3, 1)
     assert report.skipped == 4
     assert report.paths == (str(src), str(tgt))
+
+
+def test_head_keeps_the_first_pairs_and_counts_the_rest_as_beyond_limit(tmp_path: Path) -> None:
+    src = write(tmp_path / "s", b"a\n\nc\nd\ne\n")
+    tgt = write(tmp_path / "t", b"A\nB\nC\nD\nE\n")
+    pairs = read_parallel_text(src, tgt)
+    head = pairs.head(2)
+    assert list(head) == [("a", "A"), ("c", "C")]
+    assert head.line_numbers == (1, 3)
+    assert (head.report.lines, head.report.kept, head.report.empty) == (5, 2, 1)
+    assert (head.report.beyond_limit, head.report.skipped) == (2, 3)
+    assert pairs.head(10) is pairs
+    with pytest.raises(ValueError, match="n >= 0"):
+        pairs.head(-1)
 
 
 def test_utf8_byte_order_mark_is_dropped(tmp_path: Path) -> None:

@@ -98,6 +98,8 @@ def test_learning_curve_metrics_and_summary_are_written(copy_data, tmp_path):
         if json.loads(x)["event"] == "valid"
     ]
     assert len(valid) == 1 and math.isfinite(valid[0]["loss"]) and 0 <= valid[0]["bleu"] <= 100
+    events = {json.loads(x)["event"] for x in (run / "metrics.jsonl").read_text().splitlines()}
+    assert "coefficients" not in events  # an Euler model has only fixed stage weights
     assert result.best_checkpoint is not None and (result.best_checkpoint / "config.json").is_file()
     assert json.loads((run / "summary.json").read_text())["steps"] == result.steps
     assert (run / "config.yaml").is_file() and (run / "train.log").is_file()

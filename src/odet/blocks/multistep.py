@@ -134,7 +134,7 @@ class AdamsBashforthStack(Stack):
         """``y (B, T, D)``; the derivative history lives only inside this loop."""
         history = History(capacity=self.order)
         for l, block in enumerate(self.blocks):
-            y, history = block(y, history, **arguments_of(l, block_kwargs, kwargs))
+            y, history = self.run_block(block, y, history, **arguments_of(l, block_kwargs, kwargs))
         return y
 
     def extra_repr(self) -> str:
@@ -178,7 +178,9 @@ class DLCLStack(Stack):
         """``y (B, T, D)`` is ``y_0``; the normalised layer history lives only in this loop."""
         history = History().push(y)
         for l, (block, norm) in enumerate(zip(self.blocks, self.norms)):
-            y = block(self.combine(history), **arguments_of(l, block_kwargs, kwargs))
+            y = self.run_block(
+                block, self.combine(history), **arguments_of(l, block_kwargs, kwargs)
+            )
             history = history.push(norm(y))
         return self.combine(history)
 

@@ -56,7 +56,7 @@ class RungeKuttaStack(Stack):
     ) -> Tensor:
         """``y (B, T, D)``; ``kwargs`` reach every block, ``block_kwargs[l]`` only block ``l``."""
         for l, block in enumerate(self.blocks):
-            y = block(y, **arguments_of(l, block_kwargs, kwargs))
+            y = self.run_block(block, y, **arguments_of(l, block_kwargs, kwargs))
         return y
 
 

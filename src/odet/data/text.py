@@ -19,7 +19,7 @@ import os
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import zip_longest
 from pathlib import Path
 from typing import BinaryIO, Literal
@@ -51,6 +51,8 @@ class ReadReport:
     malformed_json: int = 0
     missing_field: int = 0
     not_a_string: int = 0
+    beyond_limit: int = 0
+    """Readable examples left out because only the first ``n`` were asked for (``head``)."""
 
     def __post_init__(self) -> None:
         counts = self.as_dict()
@@ -71,6 +73,7 @@ class ReadReport:
             + self.malformed_json
             + self.missing_field
             + self.not_a_string
+            + self.beyond_limit
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -102,6 +105,19 @@ class TextPairs:
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return zip(self.source, self.target, strict=True)
+
+    def head(self, n: int) -> TextPairs:
+        """The first ``n`` pairs; the report counts the rest as ``beyond_limit``."""
+        if n < 0:
+            raise ValueError(f"head needs n >= 0, got {n}")
+        if n >= len(self):
+            return self
+        report = replace(
+            self.report,
+            kept=n,
+            beyond_limit=self.report.beyond_limit + len(self) - n,
+        )
+        return TextPairs(self.source[:n], self.target[:n], self.line_numbers[:n], report)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from odet.blocks import build_stack
+from odet.blocks import Stack, build_stack
 from odet.blocks.continuous import ContinuousEncoder, build_continuous_encoder
 from odet.generation import BeamSearch, Greedy, Hypothesis, SearchStrategy, generate
 from odet.models.config import ADAPTIVE, Seq2SeqConfig
@@ -153,6 +153,18 @@ class Seq2Seq(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         nn.init.normal_(self.output_projection.weight, std=self.config.d_model**-0.5)
+
+    def set_activation_checkpointing(self, enabled: bool = True) -> None:
+        """Checkpoint every encoder and decoder block in training forwards (``Stack``).
+
+        Memory for compute: each block keeps only its input and recomputes its stages in the
+        backward pass, so an RK4 encoder trains in about an Euler encoder's activation memory.
+        Outputs and gradients are unchanged (dropout masks are replayed); cached decoding and
+        no-grad forwards are unaffected. A continuous (adaptive) encoder is left as it is.
+        """
+        for stack in (self.encoder, self.decoder):
+            if isinstance(stack, Stack):
+                stack.checkpoint_blocks = enabled
 
     # ------------------------------------------------------------------ encoder
     def encode(self, src_tokens: Tensor) -> EncoderOutput:

@@ -119,6 +119,7 @@ class LoopConfig:
     max_minutes: float = 0.0
     precision: Literal["fp32", "bf16"] = "fp32"
     bf16_sdpa: Literal["math", "fused"] = "math"
+    activation_checkpointing: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
     parallel: Literal["ddp", "fsdp"] = "ddp"
     threads: int = 0

@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from odet.analysis.blocks import coefficient_snapshot
+from odet.blocks.coefficients import Coefficients, FixedCoefficients
 from odet.data import (
     DataError,
     LengthFilter,
@@ -274,21 +275,8 @@ class Trainer:
         self.valid_set: ParallelDataset | None = None
         if c.data.valid and self.dist.is_main:
             pairs = read_split(c.data, c.data.valid)
-            if c.data.valid_limit and len(pairs) > c.data.valid_limit:
-                n = c.data.valid_limit
-                report = replace(
-                    pairs.report,
-                    lines=n,
-                    kept=n,
-                    empty=0,
-                    invalid_utf8=0,
-                    malformed_json=0,
-                    missing_field=0,
-                    not_a_string=0,
-                )
-                pairs = TextPairs(
-                    pairs.source[:n], pairs.target[:n], pairs.line_numbers[:n], report
-                )
+            if c.data.valid_limit:
+                pairs = pairs.head(c.data.valid_limit)
             self.valid_pairs = pairs
             self.valid_set = encode_split(c.data, pairs, self.tokenizers, filter_lengths=False)
         self.batcher = TokenBudgetBatcher(
@@ -303,6 +291,7 @@ class Trainer:
         tgt_vocab = None if self.tokenizers.is_joint else self.tokenizers.target.vocab_size
         self.model = Seq2Seq(c.model_config(self.tokenizers.source.vocab_size, tgt_vocab))
         self.model.to(self.device)
+        self.model.set_activation_checkpointing(c.train.activation_checkpointing)
         if self.dist.enabled:
             torch.manual_seed(c.seed + self.dist.rank)  # but each rank its own dropout masks
         self.state = TrainerState()
@@ -617,8 +606,13 @@ class Trainer:
         return autocast(c.precision, self.device, math_sdpa=c.bf16_sdpa == "math")
 
     def _log_coefficients(self, model: Seq2Seq) -> None:
-        """The blocks' stage weights (mean gate for gated RK2) on a validation batch."""
-        if self.valid_set is None:
+        """The blocks' stage weights (mean gate for gated RK2) on a validation batch; nothing
+        when every block's weights are fixed (they would be the same line at every step)."""
+        varying = any(
+            isinstance(m, Coefficients) and not isinstance(m, FixedCoefficients)
+            for m in model.modules()
+        )
+        if self.valid_set is None or not varying:
             return
         batch = self.valid_set.batch(list(range(min(64, len(self.valid_set))))).to(self.device)
         snapshot = coefficient_snapshot(model, batch.src, batch.tgt_in)
