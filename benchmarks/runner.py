@@ -88,7 +88,7 @@ def run_training(
             skipped[name] = str(err)
 
     flops = {
-        name: measure.count_flops(lambda s=s: s.loss(batch).backward())
+        name: measure.count_flops(lambda s=s: s.loss(batch, eager=True).backward())
         for name, s in systems.items()
     }
     memory: dict[str, int | None] = {}

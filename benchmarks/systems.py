@@ -121,9 +121,13 @@ class TrainSystem:
     def __post_init__(self) -> None:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
 
-    def loss(self, batch: Batch) -> Tensor:
+    eager_forward: Forward | None = None
+    """The same computation without compilation, for FLOP counting (``None``: ``forward``)."""
+
+    def loss(self, batch: Batch, *, eager: bool = False) -> Tensor:
+        forward = self.eager_forward if eager and self.eager_forward else self.forward
         with self.precision():
-            return token_loss(self.forward(batch), batch.tgt_out)
+            return token_loss(forward(batch), batch.tgt_out)
 
     def step(self, batch: Batch) -> float:
         """One forward + backward + Adam step; returns the loss."""
@@ -217,6 +221,19 @@ def _odet_bf16_default_sdpa(size: BenchSize) -> TrainSystem:
     model = odet_model(size).train()
     return TrainSystem(
         model, lambda b: model(b.src, b.tgt_in), lambda: torch.autocast("cpu", torch.bfloat16)
+    )
+
+
+def _odet_compiled(size: BenchSize) -> TrainSystem:
+    """Ablation: odet Euler under ``torch.compile`` (default mode; the runner's untimed warm-up
+    round pays the compilation). FLOPs are counted on the eager model, which does the same
+    work."""
+    model = odet_model(size).train()
+    compiled = torch.compile(model)
+    return TrainSystem(
+        model,
+        lambda b: compiled(b.src, b.tgt_in),
+        eager_forward=lambda b: model(b.src, b.tgt_in),
     )
 
 
@@ -337,6 +354,7 @@ TRAIN_SYSTEMS: dict[str, Callable[[BenchSize], TrainSystem]] = {
     "odet-euler-bf16-fused-sdpa": _odet_bf16_default_sdpa,
     "odet-euler-bf16-weights": _odet_bf16_weights,
     "odet-euler-nn-dropout": _odet_torch_dropout,
+    "odet-euler-compiled": _odet_compiled,
     "hf-marian": _marian_train,
     "torch-transformer": _torch_train,
 }
