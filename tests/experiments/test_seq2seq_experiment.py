@@ -46,6 +46,12 @@ def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_dat
     assert int(rows[1]["parameters"]) == int(rows[0]["parameters"]) + 2 * 32 + 1
     report = (tmp_path / "exp" / "results.md").read_text()
     assert "| rk2-gated |" in report and "avg2 BLEU" in report
+    delta = [line for line in report.splitlines() if line.startswith("| rk2-gated | ")][-1]
+    expected = sum(
+        float(rows[i + 1]["avg_test_bleu_tok"]) - float(rows[i]["avg_test_bleu_tok"])
+        for i in (0, 2)
+    )
+    assert delta.split(" | ")[1] == f"{expected / 2:+.2f}"  # mean of the per-seed differences
     assert (tmp_path / "exp" / "bleu_vs_time.png").stat().st_size > 1000
     # Running again trains nothing new: finished runs are skipped.
     mtime = (tmp_path / "exp" / "euler" / "seed1" / "summary.json").stat().st_mtime

@@ -281,10 +281,44 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
                 f" {_mean_std([r.averaged.get('bleu_tok') for r in rs])} |"
             )
         lines.append(row)
+    lines += _paired_differences(config, results)
     lines += ["", f"Runs: {', '.join(f'{r.variant}/seed{r.seed}' for r in results)}.", ""]
     (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
     _plot(config, results, out / "bleu_vs_time.png")
     return out / "results.md"
+
+
+def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> list[str]:
+    """Per variant, its tokenized test BLEU minus the first variant's, seed by seed (the
+    comparison the seeds are for: both runs of a pair share data order and initial seed)."""
+
+    def tok(r: RunResult) -> float | None:
+        return r.averaged.get("bleu_tok") if config.average_last else r.test_bleu_tok
+
+    baseline, *others = list(config.variants)
+    base = {r.seed: tok(r) for r in results if r.variant == baseline}
+    rows = []
+    for variant in others:
+        deltas = {
+            r.seed: tok(r) - base[r.seed]
+            for r in results
+            if r.variant == variant and base.get(r.seed) is not None and tok(r) is not None
+        }
+        if deltas:
+            per_seed = ", ".join(f"seed {k}: {v:+.2f}" for k, v in sorted(deltas.items()))
+            mean = statistics.mean(deltas.values())
+            rows.append(f"| {variant} | {mean:+.2f} | {per_seed} |")
+    if not rows:
+        return []
+    which = f"avg{config.average_last} tok" if config.average_last else "test BLEU tok"
+    return [
+        "",
+        f"Difference from `{baseline}` in {which}, paired by seed:",
+        "",
+        "| variant | mean Δ | per seed |",
+        "|---|---|---|",
+        *rows,
+    ]
 
 
 def _plot(config: ExperimentConfig, results: list[RunResult], path: Path) -> None:
