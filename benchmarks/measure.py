@@ -138,6 +138,21 @@ def _peak_rss_window() -> Iterator[Callable[[], int]]:
     yield lambda: (_rss_kib("VmHWM") - base) * 1024
 
 
+def _release_free_heap() -> None:
+    """Return the heap's free pages to the kernel (glibc ``malloc_trim``).
+
+    A forked child inherits the parent's resident free heap (activations freed by earlier
+    work); allocations reusing it would not raise the RSS, and the growth would be
+    under-counted. No-op where glibc is not available.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def peak_memory(work: Callable[[], None], timeout_s: float = 600.0) -> int | None:
     """Peak resident-memory growth (bytes) while ``work()`` runs in a forked child process.
 
@@ -155,6 +170,7 @@ def peak_memory(work: Callable[[], None], timeout_s: float = 600.0) -> int | Non
         try:
             os.close(read_fd)
             torch.set_num_threads(1)
+            _release_free_heap()
             with _peak_rss_window() as peak:
                 work()
                 result = peak()
