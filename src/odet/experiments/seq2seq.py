@@ -110,16 +110,15 @@ def run_experiment(
         load_train_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
     for seed in chosen_seeds:
         for variant in chosen_variants:
-            _run(config, variant, seed, progress)
-            results = finished_results(config)
-            write_report(config, results)
+            _train(config, variant, seed, progress)
+            write_report(config, finished_results(config))
     return finished_results(config)
 
 
 def finished_results(config: ExperimentConfig) -> list[RunResult]:
     """Results of every run of the experiment that has finished (has ``summary.json``)."""
     return [
-        _run(config, variant, seed, progress=False, train_missing=False)
+        _result(config, variant, seed)
         for seed in config.seeds
         for variant in config.variants
         if (Path(config.output_dir) / variant / f"seed{seed}" / "summary.json").is_file()
@@ -134,14 +133,18 @@ def _select(chosen: list[Any] | None, available: list[Any], what: str) -> list[A
     return [a for a in available if a in chosen]
 
 
-def _run(
-    config: ExperimentConfig, variant: str, seed: int, progress: bool, train_missing: bool = True
-) -> RunResult:
+def _train(config: ExperimentConfig, variant: str, seed: int, progress: bool) -> None:
+    """Train (or resume) one run unless it has finished."""
+    train_config = load_train_config(config.base, config.run_overrides(variant, seed))
+    if not (Path(train_config.output_dir) / "summary.json").is_file():
+        train(train_config, progress=progress)
+
+
+def _result(config: ExperimentConfig, variant: str, seed: int) -> RunResult:
+    """The scores of one finished run (the checkpoint-averaged test decode is cached)."""
     train_config = load_train_config(config.base, config.run_overrides(variant, seed))
     run = Path(train_config.output_dir)
     summary_file = run / "summary.json"
-    if train_missing and not summary_file.is_file():
-        train(train_config, progress=progress)
     summary = json.loads(summary_file.read_text())
     references = (
         read_all_lines(train_config.data.path(train_config.data.test[1]))
