@@ -37,6 +37,11 @@ def test_tiny_config_round_trips_through_yaml(tmp_path):
         ({"data": {"train": ["only-one-file"]}}, r"data.train needs 2 file\(s\)"),
         ({"model": {"vocab_size": 10}}, r"model.vocab_size is set from the tokenizer"),
         (
+            {"optim": {"schedule": "cosine"}},
+            r"optim.schedule 'cosine' decays over train.max_updates, which must exceed",
+        ),
+        ({"optim": {"schedule": "cosin"}}, r"schedule = 'cosin' \(str\) is invalid"),
+        (
             {"train": {"precision": "fp16"}},
             r"precision = 'fp16' \(str\) is invalid; expected 'fp32' \| 'bf16'",
         ),

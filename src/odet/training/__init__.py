@@ -18,10 +18,16 @@ from odet.training.config import (
     load_train_config,
 )
 from odet.training.loss import label_smoothed_loss
-from odet.training.schedule import inverse_sqrt_factor, inverse_sqrt_schedule
+from odet.training.schedule import (
+    SCHEDULES,
+    inverse_sqrt_factor,
+    inverse_sqrt_schedule,
+    make_schedule,
+)
 from odet.training.trainer import Trainer, TrainingInterruptedError, TrainResult, train
 
 __all__ = [
+    "SCHEDULES",
     "Checkpoint",
     "DataConfig",
     "LoopConfig",
@@ -38,6 +44,7 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "load_train_config",
+    "make_schedule",
     "resolve_model_dir",
     "save_checkpoint",
     "train",

@@ -82,7 +82,11 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """Adam with inverse-square-root warmup, clipping and label smoothing."""
+    """Adam with a warmup schedule, clipping and label smoothing.
+
+    ``schedule``: ``inverse_sqrt`` (fairseq's default), or ``cosine`` / ``linear`` decay to
+    ``min_lr_ratio`` × ``lr`` at ``train.max_updates`` (see :mod:`odet.training.schedule`).
+    """
 
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.98)
@@ -90,6 +94,8 @@ class OptimConfig:
     weight_decay: float = 0.0
     warmup_updates: int = 4000
     warmup_init_lr: float = 1e-7
+    schedule: Literal["inverse_sqrt", "cosine", "linear"] = "inverse_sqrt"
+    min_lr_ratio: float = 0.0
     clip_norm: float = 0.0
     label_smoothing: float = 0.1
     arclength_weight: float = 0.0
@@ -101,6 +107,7 @@ class OptimConfig:
             all(0.0 <= b < 1.0 for b in self.betas), f"optim.betas must lie in [0, 1): {self.betas}"
         )
         check(self.warmup_updates >= 0, "optim.warmup_updates must be >= 0")
+        check(0.0 <= self.min_lr_ratio <= 1.0, "optim.min_lr_ratio must lie in [0, 1]")
         check(self.clip_norm >= 0, "optim.clip_norm must be >= 0 (0 disables clipping)")
         check(0.0 <= self.label_smoothing < 1.0, "optim.label_smoothing must lie in [0, 1)")
         check(self.weight_decay >= 0, "optim.weight_decay must be >= 0")
@@ -177,6 +184,13 @@ class TrainConfig:
                 f"model.{key} is set from the tokenizer; set data.vocab_size instead",
             )
         model = self.model_config(vocab_size=max(64, self.data.vocab_size))  # validate early
+        check(
+            self.optim.schedule == "inverse_sqrt"
+            or self.train.max_updates > self.optim.warmup_updates,
+            f"optim.schedule {self.optim.schedule!r} decays over train.max_updates, which must "
+            f"exceed optim.warmup_updates ({self.optim.warmup_updates}); got "
+            f"{self.train.max_updates}",
+        )
         check(
             not self.optim.arclength_weight
             or (model.encoder_method == "adaptive" and model.continuous.arclength),

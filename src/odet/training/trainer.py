@@ -62,7 +62,7 @@ from odet.training.config import DataConfig, TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.loss import label_smoothed_loss
 from odet.training.metrics import MetricsLog, plot_learning_curve
-from odet.training.schedule import inverse_sqrt_schedule
+from odet.training.schedule import make_schedule
 
 logger = logging.getLogger("odet.train")
 
@@ -324,8 +324,13 @@ class Trainer:
             eps=c.optim.eps,
             weight_decay=c.optim.weight_decay,
         )
-        self.scheduler = inverse_sqrt_schedule(
-            self.optimizer, c.optim.warmup_updates, c.optim.warmup_init_lr
+        self.scheduler = make_schedule(
+            self.optimizer,
+            c.optim.schedule,
+            warmup=c.optim.warmup_updates,
+            warmup_init_lr=c.optim.warmup_init_lr,
+            total=c.train.max_updates,
+            min_ratio=c.optim.min_lr_ratio,
         )
         self._resume(checkpoint)
 
