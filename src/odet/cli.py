@@ -174,6 +174,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     for name, entry in report.items():
         sizes = ", ".join(f"{v:.2f}" for v in entry["update_sizes"].get("encoder", []))
         print(f"{name}: encoder block update sizes {sizes}")
+        for stack, rows in entry["gates"].items():
+            gates = [
+                f"block {i + 1}: mean {g['mean']:.3f}, saturated {g['saturated']:.0%}"
+                for i, g in enumerate(rows)
+                if g is not None
+            ]
+            if gates:
+                print(f"{name}: {stack} gates: " + "; ".join(gates))
     print(f"plots and analysis.json in {args.out}")
     return 0
 

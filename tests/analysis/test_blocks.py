@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from odet.analysis.blocks import coefficient_snapshot, update_sizes
+from odet.analysis.blocks import coefficient_snapshot, gate_statistics, update_sizes
 from odet.cli import main
 from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.training import TrainConfig, train
@@ -62,9 +62,58 @@ def test_coefficient_snapshot_reports_fixed_learned_and_gate_values():
     with torch.no_grad():
         y = gated.src_embed(src) + gated.positions(src.shape[1])
         k = block.stages(y, padding_mask=src.eq(0))
-        gates.append(block.coefficients.gate_values(k[0], k[1]).mean().item())
+        gates.append(block.coefficients.gate_values(k[0], k[1])[src.ne(0)].mean().item())
     assert snapshot["encoder"][0] == pytest.approx(gates, rel=1e-5)
     assert all(0 < row[0] < 1 for row in snapshot["encoder"])
+
+
+def _manual_gate_logits(model: Seq2Seq, src: torch.Tensor) -> list[torch.Tensor]:
+    """The encoder blocks' gate logits over the real tokens, block by block."""
+    pad = src.eq(0)
+    logits = []
+    with torch.no_grad():
+        y = model.src_embed(src) + model.positions(src.shape[1])
+        for block in model.encoder.blocks:
+            k = block.stages(y, padding_mask=pad)
+            logits.append(block.coefficients.gate(torch.cat(k, dim=-1))[..., 0][~pad].double())
+            y = block(y, padding_mask=pad)
+    return logits
+
+
+@pytest.mark.parametrize("share_gate", [False, True])
+def test_gate_statistics_equal_a_manual_pass_over_the_real_tokens(share_gate):
+    torch.manual_seed(2)
+    model = _model(encoder_method="rk2", coefficients="gated", share_gate=share_gate)
+    src, tgt = _batch()
+    stats = gate_statistics(model, src, tgt, threshold=0.2)
+    assert stats["decoder"] == [None, None]
+    for got, logits in zip(stats["encoder"], _manual_gate_logits(model, src), strict=True):
+        g = torch.sigmoid(logits)
+        assert got["mean"] == pytest.approx(g.mean().item(), rel=1e-6)
+        assert got["std"] == pytest.approx(g.std(correction=0).item(), rel=1e-6)
+        assert got["saturated"] == pytest.approx(((g < 0.2) | (g > 0.8)).double().mean().item())
+        assert got["logit_rms"] == pytest.approx(logits.square().mean().sqrt().item(), rel=1e-6)
+    if share_gate:
+        assert len({round(s["mean"], 6) for s in stats["encoder"]}) == 3  # one entry per block
+
+
+def test_gate_statistics_detect_saturated_and_neutral_gates():
+    torch.manual_seed(3)
+    src, tgt = _batch()
+    model = _model(encoder_method="rk2", coefficients="gated")
+    with torch.no_grad():
+        for block in model.encoder.blocks:
+            block.coefficients.gate.weight.zero_()
+            block.coefficients.gate.bias.zero_()
+    neutral = gate_statistics(model, src, tgt)["encoder"]
+    assert all(s == {"mean": 0.5, "std": 0.0, "saturated": 0.0, "logit_rms": 0.0} for s in neutral)
+    with torch.no_grad():
+        for block in model.encoder.blocks:
+            block.coefficients.gate.weight.normal_(std=100.0)
+    saturated = gate_statistics(model, src, tgt)["encoder"]
+    assert all(s["saturated"] > 0.9 and s["logit_rms"] > 50 for s in saturated)
+    euler = gate_statistics(_model(), src, tgt)
+    assert euler == {"encoder": [None, None, None], "decoder": [None, None]}
 
 
 def test_analyze_command_writes_plots_and_json(copy_data, tmp_path):  # noqa: F811
@@ -82,5 +131,7 @@ def test_analyze_command_writes_plots_and_json(copy_data, tmp_path):  # noqa: F8
     report = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
     assert report["gated"]["coefficient_history"][-1]["step"] > 0
     assert len(report["euler"]["update_sizes"]["encoder"]) == 1
+    assert report["euler"]["gates"]["encoder"] == [None]
+    assert 0 <= report["gated"]["gates"]["encoder"][0]["saturated"] <= 1
     for png in ("update_sizes.png", "coefficients.png"):
         assert (tmp_path / "analysis" / png).stat().st_size > 1000

@@ -48,39 +48,79 @@ def _first_tensor(value: Any) -> Tensor:
     return value[0] if isinstance(value, tuple) else value
 
 
+GateStats = dict[str, float]
+
+
+@torch.no_grad()
+def gate_statistics(
+    model: Seq2Seq, src: Tensor, tgt_in: Tensor, *, threshold: float = 0.01
+) -> dict[str, list[GateStats | None]]:
+    """Per stack, per block: how the gated RK2 gate ``g`` behaves over the real tokens of a
+    teacher-forced pass (``None`` for blocks without a gate).
+
+    ``mean`` and ``std`` of ``g``; ``saturated``, the fraction of tokens with ``g < threshold``
+    or ``g > 1 − threshold`` (there the block uses one stage alone and the other gets almost no
+    gradient); ``logit_rms``, the root mean square of ``W [k1; k2] + b``.
+    """
+    gated: dict[str, list[GatedCoefficients | None]] = {}
+    for name, stack in _stacks(model).items():
+        gated[name] = []
+        for block in stack.blocks:
+            coefficients = next((m for m in block.modules() if isinstance(m, Coefficients)), None)
+            is_gated = isinstance(coefficients, GatedCoefficients)
+            gated[name].append(coefficients if is_gated else None)
+    modules = list({id(c.gate): c.gate for rows in gated.values() for c in rows if c}.values())
+    if not modules:
+        return {name: [None] * len(rows) for name, rows in gated.items()}
+    calls: list[tuple[int, Tensor]] = []
+    was_training = model.training
+    model.eval()
+    with _recording(modules, calls, lambda args, out: out.detach()[..., 0]):
+        model(src, tgt_in)
+    model.train(was_training)
+    # A gate shared by several blocks (``share_gate``) is called once per block, in block order.
+    queues: dict[int, list[Tensor]] = {}
+    for index, logits in calls:
+        queues.setdefault(index, []).append(logits)
+    masks = {"encoder": src.ne(model.config.pad_id), "decoder": tgt_in.ne(model.config.pad_id)}
+    positions = {id(m): i for i, m in enumerate(modules)}
+    stats: dict[str, list[GateStats | None]] = {}
+    for name, rows in gated.items():
+        stats[name] = []
+        for coefficients in rows:
+            if coefficients is None:
+                stats[name].append(None)
+                continue
+            logits = queues[positions[id(coefficients.gate)]].pop(0)[masks[name]].double()
+            g = torch.sigmoid(logits)
+            stats[name].append(
+                {
+                    "mean": g.mean().item(),
+                    "std": g.std(correction=0).item(),
+                    "saturated": ((g < threshold) | (g > 1 - threshold)).double().mean().item(),
+                    "logit_rms": logits.square().mean().sqrt().item(),
+                }
+            )
+    return stats
+
+
 @torch.no_grad()
 def coefficient_snapshot(
     model: Seq2Seq, src: Tensor | None = None, tgt_in: Tensor | None = None
 ) -> dict[str, list[list[float]]]:
     """Per stack, per block: the stage weights (or ``[mean g]`` for gated RK2 over the real
     positions of ``src``/``tgt_in``, or ``[]`` when a block has no weights)."""
+    gates: dict[str, list[GateStats | None]] = {}
+    if src is not None and tgt_in is not None:
+        gates = gate_statistics(model, src, tgt_in)
     snapshot: dict[str, list[list[float]]] = {}
-    gates: list[tuple[int, float]] = []
-    gate_modules: list[nn.Module] = []
-    owners: dict[str, list[nn.Module | None]] = {}
     for name, stack in _stacks(model).items():
-        owners[name] = []
-        for block in stack.blocks:
-            coefficients = next((m for m in block.modules() if isinstance(m, Coefficients)), None)
-            owners[name].append(coefficients)
-            if isinstance(coefficients, GatedCoefficients):
-                gate_modules.append(coefficients.gate)
-    if gate_modules and src is not None and tgt_in is not None:
-        was_training = model.training
-        model.eval()
-        with _recording(gate_modules, gates, lambda args, out: torch.sigmoid(out).mean().item()):
-            model(src, tgt_in)
-        model.train(was_training)
-    gate_means: dict[int, list[float]] = {}
-    for index, value in gates:
-        gate_means.setdefault(index, []).append(value)
-    for name, coefficient_modules in owners.items():
         rows: list[list[float]] = []
-        for coefficients in coefficient_modules:
+        for index, block in enumerate(stack.blocks):
+            coefficients = next((m for m in block.modules() if isinstance(m, Coefficients)), None)
             if isinstance(coefficients, GatedCoefficients):
-                index = gate_modules.index(coefficients.gate)
-                values = gate_means.get(index, [])
-                rows.append([sum(values) / len(values)] if values else [])
+                stats = gates[name][index] if gates else None
+                rows.append([stats["mean"]] if stats else [])
             elif isinstance(coefficients, Coefficients) and coefficients.weights() is not None:
                 rows.append([float(w) for w in coefficients.weights()])
             else:
@@ -126,16 +166,17 @@ def _batch(model: Seq2Seq, tokenizers: Any, sources: list[str], targets: list[st
 
 
 def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str, Any]:
-    """``odet analyze``: update sizes and coefficients of each run's best checkpoint, and the
+    """``odet analyze``: update sizes, coefficients and gate statistics of each run's best
+    checkpoint on its first ``sentences`` validation pairs (text or JSON Lines data), and the
     coefficients logged over training; writes ``analysis.json``, ``update_sizes.png`` and
     ``coefficients.png`` to ``out``."""
     import json
     from pathlib import Path
 
     from odet.data import TokenizerPair
-    from odet.evaluation.files import read_all_lines
     from odet.training import load_train_config, resolve_model_dir
     from odet.training.metrics import MetricsLog
+    from odet.training.trainer import read_split
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -149,12 +190,8 @@ def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str,
         model = Seq2Seq.from_pretrained(model_dir).eval()
         tokenizers = TokenizerPair.load(model_dir)
         config = load_train_config(model_dir / "train_config.yaml")
-        split = config.data.valid or config.data.train
-        if config.data.format != "text":
-            raise ValueError(f"{run}: odet analyze reads text-format data only")
-        sources = read_all_lines(config.data.path(split[0]))[:sentences]
-        targets = read_all_lines(config.data.path(split[1]))[:sentences]
-        batch = _batch(model, tokenizers, sources, targets)
+        pairs = read_split(config.data, config.data.valid or config.data.train).head(sentences)
+        batch = _batch(model, tokenizers, list(pairs.source), list(pairs.target))
         history = [
             r for r in MetricsLog(run_dir / "metrics.jsonl").read() if r["event"] == "coefficients"
         ]
@@ -164,6 +201,7 @@ def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str,
             "decoder_method": model.config.decoder_method,
             "update_sizes": update_sizes(model, batch.src, batch.tgt_in),
             "coefficients": coefficient_snapshot(model, batch.src, batch.tgt_in),
+            "gates": gate_statistics(model, batch.src, batch.tgt_in),
             "coefficient_history": history,
         }
     (out_dir / "analysis.json").write_text(json.dumps(report, indent=2) + "\n")
