@@ -191,7 +191,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from odet.tasks.summarization import Lead, read_dialogsum, write_dialogsum_lines
 
     if args.task == "gec":
-        report = build_gec_data(args.inputs, args.out, seed=args.seed, copies=args.copies)
+        report = build_gec_data(
+            args.inputs, args.out, seed=args.seed, copies=args.copies, join=args.join
+        )
         print(report.message())
     elif args.task == "m2":
         print(
@@ -333,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory, prefix or file")
     p.add_argument("--seed", type=int, default=1, help="gec: noise seed")
     p.add_argument("--copies", type=int, default=1, help="gec: corrupted copies per sentence")
+    p.add_argument(
+        "--join", type=int, default=1, help="gec: up to this many consecutive sentences per pair"
+    )
     p.add_argument("--annotator", type=int, help="m2: one annotator (default: all)")
     p.add_argument("--n", type=int, default=23, help="lead: how many words or turns")
     p.add_argument("--unit", choices=["words", "turns"], default="words")

@@ -119,8 +119,38 @@ def test_builder_is_seeded_aligned_and_copies_corrupt_independently(tmp_path: Pa
     assert sum(first.errors.values()) >= changed
 
 
+def _passages(directory: Path) -> tuple[str, ...]:
+    return read_parallel_text(directory / "train.src", directory / "train.tgt").target
+
+
+def test_join_groups_consecutive_sentences_into_bounded_seeded_passages(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.txt"
+    lines = [f"The cat number {i} sat on {'the ' * (i % 4)}mat." for i in range(40)]
+    clean.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    options = dict(noise_config=NO_NOISE, max_words=40)
+    singles = build_gec_data([clean], tmp_path / "one", **options)
+    report = build_gec_data([clean], tmp_path / "three", join=3, seed=4, **options)
+
+    sentences, passages = _passages(tmp_path / "one"), _passages(tmp_path / "three")
+    assert singles.sentences == report.sentences == len(sentences) == 40
+    assert " ".join(passages) == " ".join(sentences)  # in order, nothing lost
+    counts = [p.count(" .") for p in passages]
+    assert set(counts) == {1, 2, 3} and sum(counts) == 40
+    assert (report.join, report.passages, report.pairs) == (3, len(passages), len(passages))
+    assert "40 clean sentences joined into" in report.message()
+    build_gec_data([clean], tmp_path / "again", join=3, seed=4, **options)
+    assert _passages(tmp_path / "again") == passages
+
+    bounded = build_gec_data([clean], tmp_path / "bounded", join=3, seed=4, max_words=20)
+    capped = _passages(tmp_path / "bounded")
+    assert all(len(p.split()) <= 20 for p in capped) and bounded.passages > report.passages
+    assert " ".join(capped) == " ".join(sentences)
+
+
 def test_builder_rejects_bad_arguments_and_unusable_input(tmp_path: Path) -> None:
     clean = _captions(tmp_path)
+    with pytest.raises(ValueError, match="join must be >= 1, got 0"):
+        build_gec_data([clean], tmp_path / "x", join=0)
     with pytest.raises(ValueError, match="copies must be >= 1, got 0"):
         build_gec_data([clean], tmp_path / "x", copies=0)
     with pytest.raises(ValueError, match="min_words <= max_words, got 5, 2"):

@@ -170,6 +170,8 @@ class GECDataReport:
     pairs: int
     unchanged: int
     errors: dict[str, int] = field(default_factory=dict)
+    join: int = 1
+    passages: int = -1  # examples after joining; -1: same as sentences (join = 1)
 
     def __post_init__(self) -> None:
         dropped = self.too_short + self.too_long + self.unusable + self.duplicates
@@ -177,15 +179,19 @@ class GECDataReport:
             raise ValueError(
                 f"candidates={self.candidates} != sentences={self.sentences} + dropped={dropped}"
             )
-        if self.pairs != self.sentences * self.copies:
-            raise ValueError(f"pairs={self.pairs} != sentences × copies")
+        passages = self.sentences if self.passages < 0 else self.passages
+        if self.pairs != passages * self.copies:
+            raise ValueError(f"pairs={self.pairs} != passages={passages} × copies")
         if not 0 <= self.unchanged <= self.pairs:
             raise ValueError(f"unchanged={self.unchanged} must lie in [0, pairs={self.pairs}]")
 
     def message(self) -> str:
         errors = sum(self.errors.values())
+        joined = (
+            f" joined into {self.passages} passages of up to {self.join}" if self.join > 1 else ""
+        )
         return (
-            f"{self.pairs} pairs from {self.sentences} clean sentences × {self.copies} "
+            f"{self.pairs} pairs from {self.sentences} clean sentences{joined} × {self.copies} "
             f"(dropped: {self.too_short} < {self.min_words} words, {self.too_long} > "
             f"{self.max_words} words, {self.unusable} unusable, {self.duplicates} duplicates); "
             f"{self.unchanged} pairs left unchanged, {errors / max(self.pairs, 1):.2f} errors "
@@ -203,11 +209,17 @@ def build_gec_data(
     min_words: int = 3,
     max_words: int = 60,
     dialogue_turns: bool = True,
+    join: int = 1,
 ) -> GECDataReport:
     """Write ``out_dir/train.src`` (corrupted) and ``out_dir/train.tgt`` (clean), line-aligned.
 
     Each clean sentence (see `clean_sentences`) is PTB-tokenized, kept if it has ``min_words``
-    to ``max_words`` tokens and was not seen before, then corrupted ``copies`` times by one
+    to ``max_words`` tokens and was not seen before. With ``join`` > 1, consecutive kept
+    sentences (the turns of one dialogue stay together) form passages of 1 to ``join``
+    sentences, the count drawn uniformly with ``seed``, a passage ending early rather than
+    exceeding ``max_words``: learner text such as JFLEG's has long sentences (18.6 words on
+    average, a tail past 40), and a model trained on short ones drops the end of long inputs.
+    Each sentence or passage is then corrupted ``copies`` times by one
     ``GECNoise(noise_config, seed=seed)`` (different errors each time; some pairs come out
     unchanged, which teaches the model to leave correct text alone). The same files, options
     and seed give byte-identical output. ``out_dir/report.json`` records every count.
@@ -218,6 +230,8 @@ def build_gec_data(
         raise ValueError(f"copies must be >= 1, got {copies}")
     if not 1 <= min_words <= max_words:
         raise ValueError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
+    if join < 1:
+        raise ValueError(f"join must be >= 1, got {join}")
     inputs, tokenized = [], []
     for path in clean_files:
         sentences, report = clean_sentences(path, seed=seed, dialogue_turns=dialogue_turns)
@@ -243,10 +257,11 @@ def build_gec_data(
         raise DataError(
             f"no clean sentence of {min_words}-{max_words} words in {list(map(str, clean_files))}"
         )
+    passages = _join_sentences(kept, join, max_words, seed) if join > 1 else kept
     noise = GECNoise(noise_config, seed=seed)
     sources, targets, unchanged, errors = [], [], 0, Counter[str]()
     for _ in range(copies):
-        for sentence in kept:
+        for sentence in passages:
             corruption = noise.corrupt(sentence)
             sources.append(corruption.text)
             targets.append(sentence)
@@ -275,9 +290,31 @@ def build_gec_data(
         pairs=len(sources),
         unchanged=unchanged,
         errors=dict(sorted(errors.items())),
+        join=join,
+        passages=len(passages),
     )
     (out / "report.json").write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def _join_sentences(sentences: list[str], join: int, max_words: int, seed: int) -> list[str]:
+    """Consecutive ``sentences`` grouped into passages of 1 to ``join`` (uniform, seeded) that
+    stay within ``max_words``."""
+    rng = random.Random(f"gec-join-{seed}")
+    passages, i = [], 0
+    while i < len(sentences):
+        wanted = rng.randint(1, join)
+        group, words = [sentences[i]], len(sentences[i].split())
+        i += 1
+        while len(group) < wanted and i < len(sentences):
+            n = len(sentences[i].split())
+            if words + n > max_words:
+                break
+            group.append(sentences[i])
+            words += n
+            i += 1
+        passages.append(" ".join(group))
+    return passages
 
 
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
