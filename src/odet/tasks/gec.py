@@ -171,7 +171,7 @@ class GECDataReport:
     unchanged: int
     errors: dict[str, int] = field(default_factory=dict)
     join: int = 1
-    passages: int = -1  # examples after joining; -1: same as sentences (join = 1)
+    passages: int = 0  # training examples: sentences, or passages of up to `join` sentences
 
     def __post_init__(self) -> None:
         dropped = self.too_short + self.too_long + self.unusable + self.duplicates
@@ -179,9 +179,8 @@ class GECDataReport:
             raise ValueError(
                 f"candidates={self.candidates} != sentences={self.sentences} + dropped={dropped}"
             )
-        passages = self.sentences if self.passages < 0 else self.passages
-        if self.pairs != passages * self.copies:
-            raise ValueError(f"pairs={self.pairs} != passages={passages} × copies")
+        if self.pairs != self.passages * self.copies:
+            raise ValueError(f"pairs={self.pairs} != passages={self.passages} × copies")
         if not 0 <= self.unchanged <= self.pairs:
             raise ValueError(f"unchanged={self.unchanged} must lie in [0, pairs={self.pairs}]")
 
