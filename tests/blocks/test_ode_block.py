@@ -49,9 +49,10 @@ def test_zero_field_gives_identity(method, scheme):
     torch.testing.assert_close(ODEBlock(ZeroField(), method, scheme)(y), y, atol=0, rtol=0)
 
 
-def test_zero_field_gives_identity_with_gated_rk2():
+@pytest.mark.parametrize("scheme", ["gated", "gated_norm"])
+def test_zero_field_gives_identity_with_gated_rk2(scheme):
     y = torch.randn(2, 3, 6)
-    block = ODEBlock(ZeroField(), "rk2", "gated", d_model=6)
+    block = ODEBlock(ZeroField(), "rk2", scheme, d_model=6)
     torch.testing.assert_close(block(y), y, atol=0, rtol=0)
 
 
@@ -79,6 +80,45 @@ def test_gated_rk2_matches_the_papers_formula():
     assert torch.all(gate.bias == 0)
 
 
+def test_normalised_gate_starts_as_heun_and_matches_its_formula():
+    torch.manual_seed(3)
+    field = TanhField()
+    block = ODEBlock(field, "rk2", "gated_norm", d_model=6)
+    y = torch.randn(2, 4, 6)
+    heun = ODEBlock(field, "rk2", "fixed")(y)
+    torch.testing.assert_close(block(y), heun, atol=1e-6, rtol=1e-6)
+    gate = block.coefficients.gate
+    with torch.no_grad():
+        gate.weight.normal_()
+        gate.bias.fill_(0.3)
+    k1 = field(y)
+    k2 = field(y + k1)
+    x = torch.cat([k1, k2], -1)
+    x = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    g = torch.sigmoid(x @ gate.weight.T + gate.bias)
+    torch.testing.assert_close(block(y), y + g * k1 + (1 - g) * k2, atol=1e-6, rtol=1e-6)
+
+
+def test_normalised_gate_does_not_grow_with_the_stages_but_the_plain_gate_does():
+    torch.manual_seed(4)
+    k1, k2 = torch.randn(2, 5, 6), torch.randn(2, 5, 6)
+    normalised = GatedCoefficients(6, normalize=True)
+    plain = GatedCoefficients(6)
+    with torch.no_grad():
+        normalised.gate.weight.copy_(plain.gate.weight)
+    torch.testing.assert_close(
+        normalised.gate_values(100 * k1, 100 * k2),
+        normalised.gate_values(k1, k2),
+        atol=1e-5,
+        rtol=0,
+    )
+    saturated = plain.gate_values(100 * k1, 100 * k2)
+    assert ((saturated < 0.01) | (saturated > 0.99)).float().mean() > 0.5
+    assert sum(p.numel() for p in normalised.parameters()) == sum(
+        p.numel() for p in plain.parameters()
+    )
+
+
 def test_ema_weights_sum_to_one_and_start_as_heun_for_two_stages():
     torch.testing.assert_close(EMACoefficients(2).weights(), torch.tensor([0.5, 0.5]))
     ema = EMACoefficients(4, alpha=0.3)
@@ -96,7 +136,13 @@ def test_stages_share_the_parameters_of_one_field(method):
 
 
 def test_gradients_reach_field_and_every_coefficient_scheme():
-    for method, scheme in [("rk2", "gated"), ("rk4", "learned"), ("rk3", "ema"), ("rk4", "fixed")]:
+    for method, scheme in [
+        ("rk2", "gated"),
+        ("rk2", "gated_norm"),
+        ("rk4", "learned"),
+        ("rk3", "ema"),
+        ("rk4", "fixed"),
+    ]:
         block = ODEBlock(TanhField(), method, scheme, d_model=6)
         block(torch.randn(2, 3, 6)).pow(2).sum().backward()
         for name, p in block.named_parameters():
@@ -114,6 +160,10 @@ def test_invalid_combinations_are_clear_errors_at_construction():
         ODEBlock(TanhField(), "rk2", "gated")
     with pytest.raises(ValueError, match="exactly two stages"):
         ODEBlock(TanhField(), "rk3", GatedCoefficients(6))
+    with pytest.raises(ValueError, match="exactly two stages.*'rk4' has 4"):
+        ODEBlock(TanhField(), "rk4", "gated_norm", d_model=6)
+    with pytest.raises(ValueError, match="gated_norm coefficients need d_model"):
+        ODEBlock(TanhField(), "rk2", "gated_norm")
 
 
 def test_stage_caches_are_passed_one_per_stage():
@@ -130,11 +180,13 @@ def test_stage_caches_are_passed_one_per_stage():
         ODEBlock(Recorder(), "rk4")(torch.zeros(1, 1, 2), cache=["a", "b"])
 
 
-def test_shared_gate_is_one_module_for_the_whole_stack():
-    stack = build_stack("rk2", TanhField, 3, coefficients="gated", d_model=6, share_gate=True)
+@pytest.mark.parametrize("scheme", ["gated", "gated_norm"])
+def test_shared_gate_is_one_module_for_the_whole_stack(scheme):
+    stack = build_stack("rk2", TanhField, 3, coefficients=scheme, d_model=6, share_gate=True)
     gates = {id(block.coefficients) for block in stack.blocks}
     assert len(gates) == 1
-    own = build_stack("rk2", TanhField, 3, coefficients="gated", d_model=6)
+    assert (stack.blocks[0].coefficients.norm is not None) == (scheme == "gated_norm")
+    own = build_stack("rk2", TanhField, 3, coefficients=scheme, d_model=6)
     assert len({id(block.coefficients) for block in own.blocks}) == 3
 
 

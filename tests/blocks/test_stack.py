@@ -67,6 +67,9 @@ def test_coefficient_problems_name_the_method_and_the_allowed_schemes():
     assert coefficient_problem("rk4", "gated").startswith(
         "'gated' needs a two-stage method, but 'rk4' has 4 stages"
     )
+    assert coefficient_problem("rk3", "gated_norm").startswith(
+        "'gated_norm' needs a two-stage method, but 'rk3' has 3 stages"
+    )
     for method in ("euler", "dlcl", "implicit_euler"):  # no stage weights: the scheme is ignored
         assert coefficient_problem(method, "gated") == ""
     assert coefficient_problem("rk2", "gated") == coefficient_problem("pc", "ema") == ""

@@ -8,9 +8,11 @@ from odet.config import ConfigError
 from odet.models import CheckpointError, Seq2Seq, Seq2SeqConfig
 
 METHODS = ["euler", "rk2", "rk4"]
-COMBINATIONS = [(e, d, "fixed") for e, d in itertools.product(METHODS, METHODS)] + [
-    (e, d, "gated") for e, d in [("rk2", "euler"), ("euler", "rk2"), ("rk2", "rk2")]
-]
+COMBINATIONS = (
+    [(e, d, "fixed") for e, d in itertools.product(METHODS, METHODS)]
+    + [(e, d, "gated") for e, d in [("rk2", "euler"), ("euler", "rk2"), ("rk2", "rk2")]]
+    + [("rk2", "rk2", "gated_norm")]
+)
 
 
 def small_config(**overrides) -> Seq2SeqConfig:

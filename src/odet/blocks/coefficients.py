@@ -4,6 +4,12 @@
 - ``learned``: one free scalar per stage, initialised to ``b``.
 - ``gated`` (the ODE Transformer's RK2-learnable): ``g k1 + (1 − g) k2`` with
   ``g = sigmoid(W [k1; k2] + b)``, ``W: 2D → 1`` (one gate per token), Xavier init, zero bias.
+- ``gated_norm``: the same gate on layer-normalised stages, ``g = sigmoid(W LN([k1; k2]) + b)``,
+  with ``W`` and ``b`` zero at init (so ``g = ½``, Heun's method, and the block starts as the
+  textbook RK2). The logit no longer grows with ``‖k‖``: with ``gated``, a field whose outputs
+  grow during training drives ``|W [k1; k2]|`` to tens and the gate saturates at 0 or 1, after
+  which one of the two evaluations gets almost no gradient (measured on DialogSum:
+  results/dialogsum/README.md). Same parameter count as ``gated`` (the norm has no affine).
 - ``ema`` (PCformer-style exponential moving average over stages, ``α = sigmoid(θ)`` learnable,
   ``α = ½`` at init): the latest stage gets ``α``, the one before ``α(1 − α)``, …, ``k_2`` gets
   ``α(1 − α)^{s−2}``, and ``k_1`` the remaining ``(1 − α)^{s−1}``, so the weights always sum to one
@@ -21,7 +27,9 @@ from torch import Tensor, nn
 
 from odet.ode import ButcherTableau
 
-CoefficientScheme = Literal["fixed", "learned", "gated", "ema"]
+CoefficientScheme = Literal["fixed", "learned", "gated", "gated_norm", "ema"]
+GATED_SCHEMES: tuple[CoefficientScheme, ...] = ("gated", "gated_norm")
+"""The per-token gate schemes (two-stage methods only)."""
 
 
 class Coefficients(nn.Module):
@@ -77,18 +85,27 @@ class LearnedCoefficients(Coefficients):
 class GatedCoefficients(Coefficients):
     """``g k1 + (1 − g) k2``, ``g = sigmoid(W [k1; k2] + b)`` per token (two stages only).
 
-    One instance may be shared by every block of a stack, as in the paper's code.
+    One instance may be shared by every block of a stack, as in the paper's code. With
+    ``normalize=True`` (the ``gated_norm`` scheme) the gate reads ``LN([k1; k2])`` and starts at
+    ``g = ½`` (see the module doc).
     """
 
-    def __init__(self, d_model: int):
+    def __init__(self, d_model: int, *, normalize: bool = False):
         super().__init__()
         self.gate = nn.Linear(2 * d_model, 1)
-        nn.init.xavier_uniform_(self.gate.weight)
+        self.norm = nn.LayerNorm(2 * d_model, elementwise_affine=False) if normalize else None
+        if normalize:
+            nn.init.zeros_(self.gate.weight)
+        else:
+            nn.init.xavier_uniform_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)
 
     def gate_values(self, k1: Tensor, k2: Tensor) -> Tensor:
         """``g (B, T, 1)`` from ``k1, k2 (B, T, D)``."""
-        return torch.sigmoid(self.gate(torch.cat([k1, k2], dim=-1)))
+        features = torch.cat([k1, k2], dim=-1)
+        if self.norm is not None:
+            features = self.norm(features)
+        return torch.sigmoid(self.gate(features))
 
     def forward(self, k: Sequence[Tensor]) -> Tensor:
         if len(k) != 2:
@@ -142,6 +159,13 @@ def _gated(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
     return GatedCoefficients(d_model)
 
 
+def _gated_norm(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
+    _check_two_stages(tableau)
+    if d_model is None:
+        raise ValueError("gated_norm coefficients need d_model (the width of the stages)")
+    return GatedCoefficients(d_model, normalize=True)
+
+
 def _ema(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
     return EMACoefficients(tableau.num_stages)
 
@@ -150,6 +174,7 @@ COEFFICIENTS: dict[str, Callable[[ButcherTableau, int | None], Coefficients]] = 
     "fixed": _fixed,
     "learned": _learned,
     "gated": _gated,
+    "gated_norm": _gated_norm,
     "ema": _ema,
 }
 """Coefficient schemes by name: ``factory(tableau, d_model) -> Coefficients``."""

@@ -21,9 +21,10 @@ class ODEBlock(nn.Module):
     Args:
         field: any module computing ``dy = field(z, **kwargs)``, shape-preserving.
         method: a name in ``odet.ode.TABLEAUS`` or a ``ButcherTableau``.
-        coefficients: ``"fixed" | "learned" | "gated" | "ema"`` or a ``Coefficients`` module
-            (pass the same instance to several blocks to share it, e.g. one RK2 gate per stack).
-        d_model: feature width, needed by ``"gated"``.
+        coefficients: ``"fixed" | "learned" | "gated" | "gated_norm" | "ema"`` or a
+            ``Coefficients`` module (pass the same instance to several blocks to share it, e.g.
+            one RK2 gate per stack).
+        d_model: feature width, needed by ``"gated"`` and ``"gated_norm"``.
         h: the step size.
 
     Example:

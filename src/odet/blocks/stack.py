@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from odet.blocks.base import Stack, arguments_of
 from odet.blocks.coefficients import (
     COEFFICIENTS,
+    GATED_SCHEMES,
     Coefficients,
     CoefficientScheme,
     make_coefficients,
@@ -66,7 +67,7 @@ class StackOptions:
 
     Args:
         coefficients: how blocks weigh their stages (methods without stage weights ignore it).
-        d_model: feature width: needed by ``"gated"`` coefficients and by ``dlcl``'s norms.
+        d_model: feature width: needed by the gated coefficient schemes and by ``dlcl``'s norms.
         share_gate: one RK2 gate for the whole stack (the paper's code).
         iterations: fixed-point iterations of implicit blocks.
         norm_eps: epsilon of the norms a stack adds (``dlcl``).
@@ -129,8 +130,8 @@ def _build_runge_kutta(
 ) -> Stack:
     scheme = options.coefficients if tableau.num_stages > 1 else "fixed"
     per_block: CoefficientScheme | Coefficients = scheme
-    if scheme == "gated" and options.share_gate:
-        per_block = make_coefficients("gated", tableau, d_model=options.d_model)
+    if scheme in GATED_SCHEMES and options.share_gate:
+        per_block = make_coefficients(scheme, tableau, d_model=options.d_model)
     return RungeKuttaStack(
         [
             ODEBlock(make_field(), tableau, per_block, d_model=options.d_model)
@@ -177,7 +178,7 @@ def _build_implicit_euler(
 def _runge_kutta_method(tableau: ButcherTableau) -> StackMethod:
     schemes: tuple[CoefficientScheme, ...] = ()
     if tableau.num_stages == 2:
-        schemes = ("fixed", "learned", "gated", "ema")
+        schemes = ("fixed", "learned", *GATED_SCHEMES, "ema")
     elif tableau.num_stages > 2:
         schemes = ("fixed", "learned", "ema")
     build = functools.partial(_build_runge_kutta, tableau)
@@ -209,9 +210,9 @@ def coefficient_problem(method: str, scheme: str) -> str:
     if not spec.schemes or scheme in spec.schemes:
         return ""
     allowed = ", ".join(repr(s) for s in spec.schemes)
-    if scheme == "gated" and spec.family == "runge_kutta":
+    if scheme in GATED_SCHEMES and spec.family == "runge_kutta":
         return (
-            f"'gated' needs a two-stage method, but {method!r} has {spec.stages} stages; "
+            f"{scheme!r} needs a two-stage method, but {method!r} has {spec.stages} stages; "
             f"use {allowed}"
         )
     return f"{scheme!r} coefficients do not apply to method {method!r}; use {allowed}"

@@ -48,7 +48,7 @@ class ClassifierConfig:
     ffn_dim: int = 128
     encoder_method: str = "euler"
     encoder_layers: int = 1
-    coefficients: Literal["fixed", "learned", "gated", "ema"] = "fixed"
+    coefficients: Literal["fixed", "learned", "gated", "gated_norm", "ema"] = "fixed"
     share_layers: bool = False
     pooling: Literal["mean", "cls"] = "mean"
     final_norm: bool = True

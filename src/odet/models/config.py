@@ -9,7 +9,7 @@ from odet.blocks import STACK_METHODS, coefficient_problem
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.ode import ADAPTIVE_METHODS, TABLEAUS
 
-CoefficientName = Literal["fixed", "learned", "gated", "ema"]
+CoefficientName = Literal["fixed", "learned", "gated", "gated_norm", "ema"]
 
 
 ADAPTIVE = "adaptive"
