@@ -196,6 +196,16 @@ def test_prepare_writes_the_lead_baseline(shared_data, tmp_path, capsys):
     assert len(lines) == 500 and all(len(line.split()) <= 5 for line in lines)
 
 
+def test_prepare_gec_substitutes_frequent_english_words(tmp_path, capsys):
+    clean = tmp_path / "clean.txt"
+    clean.write_text("A young girl sells yellow apples near the bridge .\n" * 3, encoding="utf-8")
+    args = ["prepare", "gec", str(clean), "--out", str(tmp_path / "gec"), "--copies", "20"]
+    assert main([*args, "--substitute", "0.5", "--vocabulary", "500"]) == 0
+    assert "words replaced from a 500-word list" in capsys.readouterr().out
+    report = json.loads((tmp_path / "gec" / "report.json").read_text(encoding="utf-8"))
+    assert report["substituted"] > 0 and report["vocabulary"] == 500
+
+
 def test_generate_truncates_over_long_lines_and_copes_with_unknown_characters(
     trained, tmp_path, capsys
 ):

@@ -187,12 +187,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from odet.tasks.gec import build_gec_data, m2_to_parallel
+    from odet.tasks.gec import build_gec_data, english_words, m2_to_parallel
     from odet.tasks.summarization import Lead, read_dialogsum, write_dialogsum_lines
 
     if args.task == "gec":
+        vocabulary = english_words(args.vocabulary) if args.substitute > 0 else ()
         report = build_gec_data(
-            args.inputs, args.out, seed=args.seed, copies=args.copies, join=args.join
+            args.inputs,
+            args.out,
+            seed=args.seed,
+            copies=args.copies,
+            join=args.join,
+            vocabulary=vocabulary,
+            substitute=args.substitute,
         )
         print(report.message())
     elif args.task == "m2":
@@ -337,6 +344,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--copies", type=int, default=1, help="gec: corrupted copies per sentence")
     p.add_argument(
         "--join", type=int, default=1, help="gec: up to this many consecutive sentences per pair"
+    )
+    p.add_argument(
+        "--substitute",
+        type=float,
+        default=0.0,
+        help="gec: probability of replacing a content word by a frequent English word (wordfreq)",
+    )
+    p.add_argument(
+        "--vocabulary", type=int, default=30_000, help="gec: how many words --substitute draws from"
     )
     p.add_argument("--annotator", type=int, help="m2: one annotator (default: all)")
     p.add_argument("--n", type=int, default=23, help="lead: how many words or turns")

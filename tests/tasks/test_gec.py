@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ from odet.data.gec_noise import NoiseConfig
 from odet.tasks.gec import (
     build_gec_data,
     clean_sentences,
+    english_words,
     m2_to_parallel,
     ptb_tokenize,
     split_sentences,
+    substitute_words,
 )
 
 NO_NOISE = NoiseConfig(**dict.fromkeys(NoiseConfig.__dataclass_fields__, 0.0))
@@ -161,6 +164,52 @@ def test_builder_rejects_bad_arguments_and_unusable_input(tmp_path: Path) -> Non
         build_gec_data([clean], tmp_path / "x", min_words=40)
     with pytest.raises(DataError, match="data file not found"):
         build_gec_data([tmp_path / "missing.txt"], tmp_path / "x")
+
+
+def test_substitution_replaces_only_content_words_keeping_case() -> None:
+    sentence = "The Children were going to school , were n't they ? Bridges sell apples ."
+    replaced, count = substitute_words(sentence, ["zebra"], 1.0, random.Random(0))
+    # 4+ letters, alphabetic, and no rule of the noise: Children and school (noun number),
+    # were (agreement), going (verb form) stay, so the noise keeps its contexts.
+    assert replaced == "The Children were going to school , were n't zebra ? Zebra zebra zebra ."
+    assert count == 4
+    assert substitute_words(sentence, ["zebra"], 0.0, random.Random(0)) == (sentence, 0)
+    draws = [substitute_words(sentence, ["ab", "cd"], 0.5, random.Random(s)) for s in range(50)]
+    assert {count for _, count in draws} == {0, 1, 2, 3, 4}
+
+
+def test_builder_substitutes_the_same_words_on_both_sides_seeded(tmp_path: Path) -> None:
+    clean = _captions(tmp_path)
+    words = ["zebra", "quantum", "harbour"]
+    options = dict(noise_config=NO_NOISE, vocabulary=words, substitute=0.6, copies=4, seed=2)
+    report = build_gec_data([clean], tmp_path / "a", **options)
+    build_gec_data([clean], tmp_path / "b", **options)
+
+    pairs = read_parallel_text(tmp_path / "a" / "train.src", tmp_path / "a" / "train.tgt")
+    assert all(s == t for s, t in pairs)  # no noise: the substitutes are on both sides
+    assert len(set(pairs.target)) > report.passages  # each copy draws its own substitutes
+    originals = {w for line in CAPTIONS for w in ptb_tokenize(line).split()}
+    new = {w.lower() for t in pairs.target for w in t.split()} - {w.lower() for w in originals}
+    assert new and new <= set(words)
+    assert report.substituted > 0 and (report.substitute, report.vocabulary) == (0.6, 3)
+    assert f"{report.substituted} words replaced from a 3-word list" in report.message()
+    assert (tmp_path / "a" / "train.tgt").read_bytes() == (
+        tmp_path / "b" / "train.tgt"
+    ).read_bytes()
+    with pytest.raises(ValueError, match="needs a vocabulary"):
+        build_gec_data([clean], tmp_path / "x", substitute=0.1)
+    with pytest.raises(ValueError, match=r"substitute must be a probability in \[0, 1\], got 2"):
+        build_gec_data([clean], tmp_path / "x", vocabulary=words, substitute=2)
+
+
+def test_english_words_are_frequent_lower_case_words_of_four_letters_or_more() -> None:
+    words = english_words(2000)
+    assert len(words) == len(set(words)) == 2000
+    assert all(w.isascii() and w.isalpha() and w.islower() and len(w) >= 4 for w in words)
+    assert {"because", "people", "think"} <= set(words)
+    assert english_words(10) == words[:10]
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        english_words(0)
 
 
 M2_TEXT = """S He go to school yesterday .

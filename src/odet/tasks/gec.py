@@ -38,7 +38,7 @@ from typing import Literal
 
 from nltk.tokenize import TreebankWordTokenizer
 
-from odet.data.gec_noise import GECNoise, NoiseConfig
+from odet.data.gec_noise import GECNoise, NoiseConfig, error_types_for
 from odet.data.m2 import OutOfRange, read_m2_parallel
 from odet.data.text import DataError, PathLike, read_jsonl_pairs, read_lines
 
@@ -49,9 +49,11 @@ __all__ = [
     "M2ConversionReport",
     "build_gec_data",
     "clean_sentences",
+    "english_words",
     "m2_to_parallel",
     "ptb_tokenize",
     "split_sentences",
+    "substitute_words",
 ]
 
 CleanKind = Literal["lines", "dialogsum"]
@@ -172,6 +174,9 @@ class GECDataReport:
     errors: dict[str, int] = field(default_factory=dict)
     join: int = 1
     passages: int = 0  # training examples: sentences, or passages of up to `join` sentences
+    substitute: float = 0.0
+    vocabulary: int = 0  # size of the word list substitutes were drawn from
+    substituted: int = 0  # words replaced (in source and target) by a vocabulary word
 
     def __post_init__(self) -> None:
         dropped = self.too_short + self.too_long + self.unusable + self.duplicates
@@ -194,8 +199,14 @@ class GECDataReport:
             f"(dropped: {self.too_short} < {self.min_words} words, {self.too_long} > "
             f"{self.max_words} words, {self.unusable} unusable, {self.duplicates} duplicates); "
             f"{self.unchanged} pairs left unchanged, {errors / max(self.pairs, 1):.2f} errors "
-            f"per pair; written to {self.source_file} and {self.target_file}"
+            f"per pair{self._substitution()}; written to {self.source_file} and "
+            f"{self.target_file}"
         )
+
+    def _substitution(self) -> str:
+        if not self.substituted:
+            return ""
+        return f", {self.substituted} words replaced from a {self.vocabulary}-word list"
 
 
 def build_gec_data(
@@ -209,6 +220,8 @@ def build_gec_data(
     max_words: int = 60,
     dialogue_turns: bool = True,
     join: int = 1,
+    vocabulary: Sequence[str] = (),
+    substitute: float = 0.0,
 ) -> GECDataReport:
     """Write ``out_dir/train.src`` (corrupted) and ``out_dir/train.tgt`` (clean), line-aligned.
 
@@ -220,8 +233,13 @@ def build_gec_data(
     average, a tail past 40), and a model trained on short ones drops the end of long inputs.
     Each sentence or passage is then corrupted ``copies`` times by one
     ``GECNoise(noise_config, seed=seed)`` (different errors each time; some pairs come out
-    unchanged, which teaches the model to leave correct text alone). The same files, options
-    and seed give byte-identical output. ``out_dir/report.json`` records every count.
+    unchanged, which teaches the model to leave correct text alone). With ``substitute`` > 0,
+    before each corruption every content word (alphabetic, 4+ letters, not a word the noise
+    has a rule for) is replaced, with that probability, by a word drawn uniformly from
+    ``vocabulary``, on both sides of the pair: captions and dialogues have a small vocabulary,
+    and a model that never saw essay words split into subword pieces mangles them when it
+    should copy them, and cannot learn to spell them (see `english_words`). The same files,
+    options and seed give byte-identical output. ``out_dir/report.json`` records every count.
     """
     if not clean_files:
         raise ValueError("build_gec_data needs at least one clean text file")
@@ -231,6 +249,11 @@ def build_gec_data(
         raise ValueError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
     if join < 1:
         raise ValueError(f"join must be >= 1, got {join}")
+    if not 0.0 <= substitute <= 1.0:
+        raise ValueError(f"substitute must be a probability in [0, 1], got {substitute}")
+    words = tuple(vocabulary)
+    if substitute > 0 and not words:
+        raise ValueError("substitute > 0 needs a vocabulary to draw the substitutes from")
     inputs, tokenized = [], []
     for path in clean_files:
         sentences, report = clean_sentences(path, seed=seed, dialogue_turns=dialogue_turns)
@@ -258,9 +281,15 @@ def build_gec_data(
         )
     passages = _join_sentences(kept, join, max_words, seed) if join > 1 else kept
     noise = GECNoise(noise_config, seed=seed)
+    substitutions = random.Random(f"gec-substitute-{seed}")
     sources, targets, unchanged, errors = [], [], 0, Counter[str]()
+    substituted = 0
     for _ in range(copies):
-        for sentence in passages:
+        for passage in passages:
+            sentence = passage
+            if substitute > 0:
+                sentence, count = substitute_words(passage, words, substitute, substitutions)
+                substituted += count
             corruption = noise.corrupt(sentence)
             sources.append(corruption.text)
             targets.append(sentence)
@@ -291,9 +320,61 @@ def build_gec_data(
         errors=dict(sorted(errors.items())),
         join=join,
         passages=len(passages),
+        substitute=substitute,
+        vocabulary=len(words) if substitute > 0 else 0,
+        substituted=substituted,
     )
     (out / "report.json").write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def substitute_words(
+    sentence: str, vocabulary: Sequence[str], rate: float, rng: random.Random
+) -> tuple[str, int]:
+    """Replace each content word of a tokenized ``sentence`` with probability ``rate`` by a
+    word drawn uniformly from ``vocabulary`` (capitalisation kept); returns the new sentence
+    and how many words were replaced. Content words are alphabetic, of 4+ letters, and not
+    in the noise's word lists (articles, prepositions, confusions, verb and noun forms), so
+    the error types keep their contexts."""
+    tokens = sentence.split()
+    count = 0
+    for i, token in enumerate(tokens):
+        if not _is_content_word(token) or rng.random() >= rate:
+            continue
+        word = rng.choice(vocabulary)
+        tokens[i] = word[0].upper() + word[1:] if token[0].isupper() else word
+        count += 1
+    return " ".join(tokens), count
+
+
+def _is_content_word(token: str) -> bool:
+    return (
+        len(token) >= 4
+        and token.isascii()
+        and token.isalpha()
+        and set(error_types_for(token)) <= {"typo"}
+    )
+
+
+def english_words(n: int = 30_000, *, min_letters: int = 4) -> list[str]:
+    """The ``n`` most frequent English words (by the `wordfreq` package's lists, which cover
+    books, subtitles, news and the web) that are lower-case ASCII letters, at least
+    ``min_letters`` long: the substitutes for `build_gec_data` (``substitute``)."""
+    try:
+        import wordfreq
+    except ImportError as error:
+        raise DataError(
+            "vocabulary substitution needs the wordfreq package: pip install wordfreq"
+        ) from error
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    words: list[str] = []
+    for word in wordfreq.iter_wordlist("en"):
+        if len(word) >= min_letters and word.isascii() and word.isalpha() and word.islower():
+            words.append(word)
+            if len(words) == n:
+                break
+    return words
 
 
 def _join_sentences(sentences: list[str], join: int, max_words: int, seed: int) -> list[str]:
