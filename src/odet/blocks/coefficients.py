@@ -152,18 +152,19 @@ def _learned(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
     return LearnedCoefficients(tableau)
 
 
-def _gated(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
+def _gate_width(scheme: str, tableau: ButcherTableau, d_model: int | None) -> int:
     _check_two_stages(tableau)
     if d_model is None:
-        raise ValueError("gated coefficients need d_model (the width of the stages)")
-    return GatedCoefficients(d_model)
+        raise ValueError(f"{scheme} coefficients need d_model (the width of the stages)")
+    return d_model
+
+
+def _gated(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
+    return GatedCoefficients(_gate_width("gated", tableau, d_model))
 
 
 def _gated_norm(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
-    _check_two_stages(tableau)
-    if d_model is None:
-        raise ValueError("gated_norm coefficients need d_model (the width of the stages)")
-    return GatedCoefficients(d_model, normalize=True)
+    return GatedCoefficients(_gate_width("gated_norm", tableau, d_model), normalize=True)
 
 
 def _ema(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
