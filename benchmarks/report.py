@@ -125,6 +125,13 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
+def commands(entry: dict[str, Any], default: str | None = None) -> list[str]:
+    """The commands that produced a size's results (older files hold one ``command``)."""
+    if "commands" in entry:
+        return list(entry["commands"])
+    return [entry["command"]] if "command" in entry else [] if default is None else [default]
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The generated block: environment, then each size's tables, between the markers."""
     env = results["environment"]
@@ -139,7 +146,7 @@ def markdown(results: dict[str, Any]) -> str:
         "- Commands: "
         + ", ".join(
             dict.fromkeys(
-                f"`{e.get('command', env['command'])}`" for e in results["sizes"].values()
+                f"`{c}`" for e in results["sizes"].values() for c in commands(e, env["command"])
             )
         ),
         "",

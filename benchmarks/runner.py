@@ -251,7 +251,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--no-training", action="store_true")
     parser.add_argument("--no-generation", action="store_true")
     parser.add_argument(
-        "--merge", action="store_true", help="add these sizes to the existing --out file"
+        "--merge",
+        action="store_true",
+        help="add these sizes to the existing --out file; a part skipped with --no-training or "
+        "--no-generation keeps its earlier results",
     )
     parser.add_argument("--out", type=Path, help="JSON results (default benchmarks/results.json)")
     parser.add_argument("--markdown", type=Path, help="default benchmarks/RESULTS.md")
@@ -279,11 +282,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["sizes"] = json.loads(args.out.read_text())["sizes"]
     for size_name in args.sizes:
         size = SIZES[size_name]
-        entry: dict[str, Any] = {
-            "size": vars(size),
-            "rounds": args.rounds,
-            "command": results["environment"]["command"],
-        }
+        command = results["environment"]["command"]
+        entry: dict[str, Any] = {"size": vars(size), "rounds": args.rounds, "commands": [command]}
+        old = results["sizes"].get(size_name, {})
+        for part in ("training", "generation"):  # --merge keeps a part this run skips
+            if getattr(args, f"no_{part}") and part in old:
+                entry[part] = old[part]
+                entry["commands"] = [*report.commands(old), *entry["commands"]]
         if not args.no_training:
             print(f"[{size_name}] training: {', '.join(train_names)}", flush=True)
             entry["training"] = run_training(size, train_names, args.rounds, not args.no_memory)
@@ -291,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_generation:
             print(f"[{size_name}] generation: {', '.join(gen_names)}", flush=True)
             entry["generation"] = run_generation(size, gen_names, args.beams, args.rounds)
+        entry["commands"] = list(dict.fromkeys(entry["commands"]))
         results["sizes"][size_name] = entry
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -381,9 +381,11 @@ Generate = Callable[[Tensor, int], list[list[int]]]
 """``(src (B, S), beam_size) -> B token lists``, each exactly ``gen_tokens`` long."""
 
 
-def _odet_generate(method: str, preallocate: bool = True) -> Callable[[BenchSize], Generate]:
+def _odet_generate(
+    method: str, preallocate: bool = True, dtype: torch.dtype = torch.float32
+) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
-        model = odet_model(size, method).eval()
+        model = odet_model(size, method).eval().to(dtype)
         if not preallocate:  # ablation: the concatenating KV cache
             init_state = model.init_state
 
@@ -404,10 +406,10 @@ def _odet_generate(method: str, preallocate: bool = True) -> Callable[[BenchSize
     return build
 
 
-def _marian_generate(size: BenchSize) -> Generate:
+def _marian_generate(size: BenchSize, dtype: torch.dtype = torch.float32) -> Generate:
     from transformers import GenerationConfig
 
-    model = marian_model(size).eval()
+    model = marian_model(size).eval().to(dtype)
 
     def run(src: Tensor, beam: int) -> list[list[int]]:
         # odet decodes n tokens then a forced EOS: n + 1 decoder calls. HF gets n + 1 tokens
@@ -439,7 +441,9 @@ GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-euler": _odet_generate("euler"),
     "odet-rk2": _odet_generate("rk2"),
     "odet-euler-concat-cache": _odet_generate("euler", preallocate=False),
+    "odet-euler-bf16": _odet_generate("euler", dtype=torch.bfloat16),
     "hf-marian": _marian_generate,
+    "hf-marian-bf16": lambda size: _marian_generate(size, torch.bfloat16),
 }
 
 

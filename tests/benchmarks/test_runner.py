@@ -90,3 +90,28 @@ def test_quick_run_with_all_systems_and_memory(tmp_path: Path) -> None:
     assert runner.main(["--quick", "--out", str(out)]) == 0
     train = json.loads(out.read_text())["sizes"]["toy"]["training"]["train"]
     assert all(r["peak_memory_mib"] is None or r["peak_memory_mib"] > 0 for r in train.values())
+
+
+def test_merge_without_training_keeps_the_earlier_training_and_lists_both_commands(
+    tmp_path: Path,
+) -> None:
+    out, md = tmp_path / "r.json", tmp_path / "R.md"
+    common = ["--quick", "--rounds", "1", "--no-memory", "--out", str(out), "--markdown", str(md)]
+    assert runner.main([*common, "--train", "odet-euler", "--no-generation"]) == 0
+    first = json.loads(out.read_text())["sizes"]["toy"]
+    later = [*common, "--merge", "--no-training", "--beams", "1", "--generate", "odet-euler-bf16"]
+    assert runner.main(later) == 0
+    toy = json.loads(out.read_text())["sizes"]["toy"]
+    assert toy["training"] == first["training"]
+    assert toy["generation"]["greedy"]["odet-euler-bf16"]["sentences_per_s"] > 0
+    assert len(toy["commands"]) == 2 and "--no-training" in toy["commands"][1]
+    assert all(f"`{c}`" in md.read_text() for c in toy["commands"])
+
+
+def test_decode_attention_benchmark_writes_its_table(tmp_path: Path) -> None:
+    from benchmarks import decode_attention
+
+    out = tmp_path / "d.md"
+    assert decode_attention.main(["--rows", "8", "--rounds", "1", "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| float32")]
+    assert len(rows) == 2 and out.read_text().count("| bfloat16 |") == 2

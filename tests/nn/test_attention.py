@@ -1,10 +1,13 @@
-"""odet.nn.attention.KVCache: the preallocated (no-grad) cache equals concatenation."""
+"""odet.nn.attention: the preallocated (no-grad) KV cache equals concatenation; the single-query
+(decoding-step) attention path equals SDPA."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.nn.functional as F
 
-from odet.nn.attention import KVCache
+from odet.nn.attention import KVCache, _attention
 
 
 def _steps(n: int, rows: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -55,3 +58,22 @@ def test_switching_to_no_grad_keeps_the_positions_filled_with_grad() -> None:
         cache.append(*steps[1])
         key, _ = cache.append(*steps[2])
     torch.testing.assert_close(key, torch.cat([k for k, _ in steps], dim=2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_single_query_path_matches_sdpa_including_fully_masked_rows(dtype, masked) -> None:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(4, 3, t, 8, generator=g, dtype=dtype) for t in (1, 6, 6))
+    mask = None
+    if masked:
+        mask = torch.rand(4, 1, 1, 6, generator=g) > 0.3
+        mask[0] = True
+        mask[1] = False  # nothing to attend to: SDPA gives zeros
+    expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+    got = _attention(q, k, v, mask, dropout=0.0)
+    assert got.dtype == dtype
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
+    torch.testing.assert_close(got.double(), expected, atol=tol, rtol=tol)
+    if masked:
+        assert got[1].eq(0).all()

@@ -106,7 +106,8 @@ def test_learning_curve_metrics_and_summary_are_written(copy_data, tmp_path):
 
 
 def test_copy_task_reaches_95_percent_exact_match_through_the_cli(copy_data, tmp_path):
-    """``odet train`` then ``odet generate``, the commands users run, on a synthetic copy task."""
+    """``odet train`` then ``odet generate``, the commands users run, on a synthetic copy task;
+    bf16 decoding gives the same outputs."""
     config = tiny_config(
         copy_data,
         tmp_path / "run",
@@ -138,6 +139,13 @@ def test_copy_task_reaches_95_percent_exact_match_through_the_cli(copy_data, tmp
     refs = (copy_data / "test.tgt").read_text().splitlines()
     exact = sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(refs)
     assert exact >= 0.95
+
+    bf16_out = tmp_path / "test.bf16.hyp"
+    args[args.index(str(out))] = str(bf16_out)
+    assert main([*args, "--precision", "bf16"]) == 0
+    bf16_hyps = bf16_out.read_text().splitlines()
+    assert sum(h == r for h, r in zip(bf16_hyps, refs, strict=True)) / len(refs) >= 0.95
+    assert sum(a == b for a, b in zip(bf16_hyps, hyps, strict=True)) / len(hyps) >= 0.95
 
 
 def test_adaptive_encoder_trains_with_arclength_regularisation_and_logs_nfe(copy_data, tmp_path):

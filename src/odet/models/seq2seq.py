@@ -388,6 +388,7 @@ class Seq2SeqDecoder:
         return F.log_softmax(logits, dim=-1)
 
     def reorder(self, index: Tensor) -> None:
-        self.encoder_out = self.encoder_out.reorder(index)
-        if self.state is not None:
+        if self.state is None:
+            self.encoder_out = self.encoder_out.reorder(index)
+        else:  # the state holds all the cached path reads of the encoder output
             self.state.reorder(index)

@@ -118,6 +118,24 @@ def attention_mask(
     return mask
 
 
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> Tensor:
+    """SDPA of ``q (B, H, Tq, Dh)`` over ``k, v (B, H, S, Dh)``; ``mask`` True = attend.
+
+    One query per row without dropout (a decoding step) on CPU takes two batched matmuls: the
+    CPU SDPA kernels tile for long queries and ran 1.7× (fp32) to 3× (bf16, masked) slower on
+    decoding-step shapes (benchmarks/RESULTS.md). The softmax runs in at least fp32.
+    """
+    if q.shape[2] != 1 or dropout or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, H, 1, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+    if mask is not None:  # a row with every key masked gets zeros, as from SDPA
+        weights = weights.nan_to_num_(0.0)
+    return torch.matmul(weights.to(v.dtype), v)
+
+
 def _device(t: Tensor | None) -> torch.device | None:
     return None if t is None else t.device
 
@@ -154,7 +172,7 @@ class SelfAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         else:
             mask = attention_mask(padding_mask, tq, s, causal)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            out = _attention(q, k, v, mask, dropout)
         return self.out_proj(_merge_heads(out))
 
 
@@ -184,11 +202,6 @@ class CrossAttention(nn.Module):
             raise ValueError("memory_kv is empty: call project_memory(memory) first")
         q = _split_heads(self.q_proj(x), self.num_heads)
         mask = attention_mask(memory_padding_mask, q.shape[2], memory_kv.length, causal=False)
-        out = F.scaled_dot_product_attention(
-            q,
-            memory_kv.key,
-            memory_kv.value,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        dropout = self.dropout if self.training else 0.0
+        out = _attention(q, memory_kv.key, memory_kv.value, mask, dropout)
         return self.out_proj(_merge_heads(out))
