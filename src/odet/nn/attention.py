@@ -70,13 +70,21 @@ class KVCache:
         if self.key is None or self.value is None:
             return
         if self._key_buffer is not None and self._value_buffer is not None:
-            self._key_buffer = self._key_buffer.index_select(0, index)
-            self._value_buffer = self._value_buffer.index_select(0, index)
-            self.key = self._key_buffer[:, :, : self.length]
-            self.value = self._value_buffer[:, :, : self.length]
+            n = self.length  # copy the filled positions only, into buffers of the same capacity
+            self._key_buffer = _gather_rows(self._key_buffer, index, n)
+            self._value_buffer = _gather_rows(self._value_buffer, index, n)
+            self.key = self._key_buffer[:, :, :n]
+            self.value = self._value_buffer[:, :, :n]
         else:
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
+
+
+def _gather_rows(buffer: Tensor, index: Tensor, filled: int) -> Tensor:
+    """A buffer of ``buffer``'s capacity whose first ``filled`` positions are rows ``index``."""
+    out = buffer.new_empty(index.shape[0], *buffer.shape[1:])
+    torch.index_select(buffer[:, :, :filled], 0, index, out=out[:, :, :filled])
+    return out
 
 
 def _buffer(like: Tensor, needed: int) -> Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 from odet.nn.attention import KVCache
@@ -17,7 +18,8 @@ class DecoderState:
     same self-attention on different inputs, and each stage's keys/values are exact and cacheable
     because attention is causal. ``memory_kv`` is keyed by block: the projected encoder memory,
     computed once and shared by the block's stages and by every step. ``length`` counts the target
-    positions already decoded (the position offset of the next token).
+    positions already decoded (the position offset of the next token). ``memory_rows`` is the
+    source row each batch row's memory came from (None: row i from row i).
     """
 
     self_attn: dict[tuple[int, int], KVCache]
@@ -25,6 +27,7 @@ class DecoderState:
     memory_padding_mask: Tensor | None
     length: int = 0
     stage_counts: tuple[int, ...] = field(default=())
+    memory_rows: Tensor | None = None
 
     def block_caches(self, block: int) -> list[KVCache]:
         """The per-stage self-attention caches of ``block``, in stage order."""
@@ -34,7 +37,23 @@ class DecoderState:
         """Keep/duplicate batch rows for beam search: row i becomes old row ``index[i]``."""
         for cache in self.self_attn.values():
             cache.reorder(index)
+        rows = self.memory_rows
+        if rows is None:
+            rows = torch.arange(_batch_size(self), device=index.device)
+        new_rows = rows.index_select(0, index)
+        self.memory_rows = new_rows
+        if torch.equal(new_rows, rows):
+            return  # every row keeps its sentence: beams moved within sentences, memory is shared
         for cache in self.memory_kv.values():
             cache.reorder(index)
         if self.memory_padding_mask is not None:
             self.memory_padding_mask = self.memory_padding_mask.index_select(0, index)
+
+
+def _batch_size(state: DecoderState) -> int:
+    for cache in (*state.memory_kv.values(), *state.self_attn.values()):
+        if cache.key is not None:
+            return cache.key.shape[0]
+    if state.memory_padding_mask is not None:
+        return state.memory_padding_mask.shape[0]
+    raise ValueError("cannot reorder an empty DecoderState")
