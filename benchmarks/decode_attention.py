@@ -2,7 +2,9 @@
 ``odet.nn.attention`` takes for one query per row on CPU, in the same rounds.
 
 Shapes are those of beam search on Multi30k (200 sentences × beam 5 = 1,000 rows, 4 heads of
-64, 20 keys), with and without a key padding mask, fp32 and bf16, one thread. Run:
+64, 20 keys), with and without a key padding mask, fp32 and bf16, one thread; the last rows give
+the two-matmul path bf16 queries against fp32 keys/values, as if a bf16 model kept fp32 caches
+(tried: the attention gets faster, whole beam searches did not; benchmarks/RESULTS.md). Run:
 ``python -m benchmarks.decode_attention [--out benchmarks/runs/decode_attention.md]``.
 """
 
@@ -28,9 +30,18 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float) 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
 
+def _widened(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> Tensor:
+    """The two-matmul path in the keys' dtype, ``q``'s dtype in and out."""
+    return _attention(q.to(k.dtype), k, v, mask, dropout).to(q.dtype)
+
+
 def _ten_calls(fn: Callable[..., Tensor], *args: Any) -> None:
     for _ in range(10):
         fn(*args, 0.0)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,24 +61,26 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.rows} rows × 4 heads × 1 query × {args.keys} keys × 64, one thread, median of "
         f"{args.rounds} round-robin rounds of 10 calls)",
         "",
-        "| dtype | key mask | SDPA (ms) | two matmuls (ms) | speed-up (same-round) |",
-        "|---|---|---|---|---|",
+        "| queries | keys, values (two matmuls) | key mask | SDPA (ms) | two matmuls (ms) | "
+        "speed-up (same-round) |",
+        "|---|---|---|---|---|---|",
     ]
-    for dtype in (torch.float32, torch.bfloat16):
+    f32, bf16 = torch.float32, torch.bfloat16
+    for dtype, cache_dtype in ((f32, f32), (bf16, bf16), (bf16, f32)):
         q, k, v = (
             torch.randn(args.rows, 4, t, 64, generator=g).to(dtype)
             for t in (1, args.keys, args.keys)
         )
+        k_cache, v_cache = k.to(cache_dtype), v.to(cache_dtype)
         for masked in (False, True):
             mask = torch.rand(args.rows, 1, 1, args.keys, generator=g) > 0.2 if masked else None
-
             tasks = {
                 "sdpa": partial(_ten_calls, _sdpa, q, k, v, mask),
-                "matmuls": partial(_ten_calls, _attention, q, k, v, mask),
+                "matmuls": partial(_ten_calls, _widened, q, k_cache, v_cache, mask),
             }
             t = measure.round_robin(tasks, rounds=args.rounds)
             lines.append(
-                f"| {str(dtype).removeprefix('torch.')} | {'yes' if masked else 'no'} | "
+                f"| {_name(dtype)} | {_name(cache_dtype)} | {'yes' if masked else 'no'} | "
                 f"{t['sdpa'].median * 100:.2f} | {t['matmuls'].median * 100:.2f} | "
                 f"{measure.same_round_ratio(t['sdpa'], t['matmuls']):.2f}× |"
             )

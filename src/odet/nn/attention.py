@@ -130,8 +130,8 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     """SDPA of ``q (B, H, Tq, Dh)`` over ``k, v (B, H, S, Dh)``; ``mask`` True = attend.
 
     One query per row without dropout (a decoding step) on CPU takes two batched matmuls: the
-    CPU SDPA kernels tile for long queries and ran 1.7× (fp32) to 3× (bf16, masked) slower on
-    decoding-step shapes (benchmarks/RESULTS.md). The softmax runs in at least fp32.
+    CPU SDPA kernels tile for long queries and ran 1.5× (fp32) to 3.3–3.9× (bf16) slower on
+    decoding-step shapes (benchmarks/runs/decode_attention.md). The softmax runs in at least fp32.
     """
     if q.shape[2] != 1 or dropout or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
