@@ -223,3 +223,20 @@ def test_bad_inputs_give_clear_errors():
         model(torch.zeros(1, 3, dtype=torch.long), tgt)
     with pytest.raises(ValueError, match=r"must have shape \(batch, length\)"):
         model(torch.ones(5, dtype=torch.long), tgt)
+
+
+@pytest.mark.parametrize("decoder_method", ["euler", "rk2"])
+def test_cached_beam_search_equals_uncached_when_sentences_finish_at_different_times(
+    decoder_method,
+):
+    """Finished sentences leave the batch, so the beams' shared memory rows are pruned."""
+    torch.manual_seed(1)
+    cfg = small_config(decoder_method=decoder_method, share_decoder_embeddings=False)
+    model = lively(Seq2Seq(cfg)).double()
+    with torch.no_grad():  # EOS scores follow a group of tokens: sentences end at varied steps
+        weight = model.output_projection.weight
+        weight[model.config.eos_id] = weight[10:20].mean(0) * 4
+    src = sources(batch=6, seed=1)
+    cached = model.generate(src, beam_size=3, max_len=12, use_cache=True)
+    assert cached == model.generate(src, beam_size=3, max_len=12, use_cache=False)
+    assert len({len(h) for h in cached}) > 2

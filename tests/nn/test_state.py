@@ -1,5 +1,5 @@
-"""odet.nn.state.DecoderState.reorder: the shared encoder memory moves only when a row changes
-sentence, and what every row sees is what a plain gather would give."""
+"""odet.nn.state.DecoderState.reorder: what every row sees is what a plain gather would give,
+while the encoder memory stays one row per sentence as long as the beams stay grouped."""
 
 import torch
 
@@ -20,28 +20,33 @@ def _state(rows: int) -> DecoderState:
     return DecoderState({(0, 0): own}, {0: memory}, mask, length=3, stage_counts=(1,))
 
 
-def _gathered(state: DecoderState, index: torch.Tensor) -> dict[str, torch.Tensor]:
+def _seen(state: DecoderState) -> dict[str, torch.Tensor]:
+    """What each batch row reads: memory row ``i // queries_per_row``, its own cache row ``i``."""
+    rows = state.self_attn[(0, 0)].key.shape[0]
+    memory = torch.arange(rows) // state.memory_kv[0].queries_per_row
     mem, own = state.memory_kv[0], state.self_attn[(0, 0)]
     assert state.memory_padding_mask is not None
     return {
-        "memory key": mem.key[index], "memory value": mem.value[index],
-        "own key": own.key[index], "own value": own.value[index],
-        "mask": state.memory_padding_mask[index],
+        "memory key": mem.key[memory], "memory value": mem.value[memory],
+        "own key": own.key, "own value": own.value, "mask": state.memory_padding_mask[memory],
     }  # fmt: skip
 
 
-def _seen(state: DecoderState) -> dict[str, torch.Tensor]:
-    return _gathered(state, torch.arange(state.memory_kv[0].key.shape[0]))
-
-
-def test_reorders_equal_plain_gathers_through_expansion_beam_moves_and_pruning():
+def test_reorders_equal_plain_gathers_through_expansion_beam_moves_pruning_and_shuffles():
     state = _state(3)
-    expand = torch.arange(3).repeat_interleave(2)  # 3 sentences × 2 beams
-    within = torch.tensor([1, 1, 2, 3, 5, 4])  # beams move inside their sentences
-    prune = torch.tensor([0, 1, 4, 5])  # sentence 1 finished
-    for index in (expand, within, prune, torch.tensor([1, 0, 2, 2])):
-        expected = _gathered(state, index)
+    steps = [
+        (torch.arange(3).repeat_interleave(2), 2, 3),  # 3 sentences × 2 beams
+        (torch.tensor([1, 1, 2, 3, 5, 4]), 2, 3),  # beams move inside their sentences
+        (torch.tensor([0, 1, 4, 5]), 2, 2),  # sentence 1 finished: its memory row goes
+        (torch.tensor([1, 0, 3, 3]), 2, 2),
+        (torch.tensor([3, 0, 2]), 1, 3),  # not grouped: one memory row per batch row
+        (torch.tensor([2, 2, 0, 0]), 1, 4),  # stays per row (sentences are not in order)
+    ]
+    for index, share, memory_rows in steps:
+        expected = {name: t[index] for name, t in _seen(state).items()}
         state.reorder(index)
+        assert state.memory_kv[0].queries_per_row == share
+        assert state.memory_kv[0].key.shape[0] == memory_rows
         for name, tensor in _seen(state).items():
             torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=name)
 
@@ -52,5 +57,5 @@ def test_moves_inside_sentences_leave_the_memory_tensors_untouched():
     memory_key, mask = state.memory_kv[0].key, state.memory_padding_mask
     state.reorder(torch.tensor([1, 0, 3, 3]))
     assert state.memory_kv[0].key is memory_key and state.memory_padding_mask is mask
-    state.reorder(torch.tensor([0, 2]))
-    assert state.memory_kv[0].key.shape[0] == 2 and state.memory_kv[0].key is not memory_key
+    state.reorder(torch.tensor([0, 1]))
+    assert state.memory_kv[0].key.shape[0] == 1 and state.memory_kv[0].queries_per_row == 2

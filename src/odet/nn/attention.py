@@ -25,12 +25,14 @@ class KVCache:
     doubles when full, so a step copies only the new position instead of the whole cache
     (``torch.cat``); ``key``/``value`` are then views of the filled part. With gradients enabled
     appends concatenate, so autograd sees ordinary out-of-place ops; ``preallocate=False``
-    concatenates always.
+    concatenates always. ``queries_per_row`` > 1 marks a memory cache whose row i serves batch
+    rows ``i·q … i·q + q − 1`` (the beams of one sentence; ``DecoderState.reorder``).
     """
 
     key: Tensor | None = None
     value: Tensor | None = None
     preallocate: bool = True
+    queries_per_row: int = 1
     _key_buffer: Tensor | None = field(default=None, repr=False)
     _value_buffer: Tensor | None = field(default=None, repr=False)
 
@@ -126,21 +128,25 @@ def attention_mask(
     return mask
 
 
+FEW_QUERIES = 16
+
+
 def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> Tensor:
     """SDPA of ``q (B, H, Tq, Dh)`` over ``k, v (B, H, S, Dh)``; ``mask`` True = attend.
 
-    One query per row without dropout (a decoding step) on CPU takes two batched matmuls: the
-    CPU SDPA kernels tile for long queries and ran 1.5× (fp32) to 3.3–3.9× (bf16) slower on
-    decoding-step shapes (benchmarks/runs/decode_attention.md). The softmax runs in at least fp32.
+    A few queries per row without dropout (a decoding step; a sentence's beams) on CPU take two
+    batched matmuls: the CPU SDPA kernels tile for long queries and ran 1.5× (fp32) to 3.3–3.9×
+    (bf16) slower on decoding-step shapes (benchmarks/runs/decode_attention.md). The softmax
+    runs in at least fp32.
     """
-    if q.shape[2] != 1 or dropout or q.device.type != "cpu":
+    if q.shape[2] > FEW_QUERIES or dropout or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
     scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, H, 1, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
     if mask is not None:  # a row with every key masked gets zeros, as from SDPA
-        weights = weights.nan_to_num_(0.0)
+        weights = weights.nan_to_num(0.0)
     return torch.matmul(weights.to(v.dtype), v)
 
 
@@ -208,8 +214,16 @@ class CrossAttention(nn.Module):
         """``x (B, T, D)`` attends to the projected memory; ``memory_padding_mask (B, S)``."""
         if memory_kv.key is None or memory_kv.value is None:
             raise ValueError("memory_kv is empty: call project_memory(memory) first")
-        q = _split_heads(self.q_proj(x), self.num_heads)
+        q = _split_heads(self.q_proj(x), self.num_heads)  # (N, H, T, Dh)
+        n, h, t, d = q.shape
+        share = memory_kv.queries_per_row
+        if (
+            share > 1
+        ):  # the beams of a sentence as one row of share·T queries: (N / share, H, ·, Dh)
+            q = q.view(n // share, share, h, t, d).transpose(1, 2).reshape(n // share, h, -1, d)
         mask = attention_mask(memory_padding_mask, q.shape[2], memory_kv.length, causal=False)
         dropout = self.dropout if self.training else 0.0
         out = _attention(q, memory_kv.key, memory_kv.value, mask, dropout)
+        if share > 1:
+            out = out.view(n // share, h, share, t, d).transpose(1, 2).reshape(n, h, t, d)
         return self.out_proj(_merge_heads(out))

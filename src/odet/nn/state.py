@@ -18,8 +18,13 @@ class DecoderState:
     same self-attention on different inputs, and each stage's keys/values are exact and cacheable
     because attention is causal. ``memory_kv`` is keyed by block: the projected encoder memory,
     computed once and shared by the block's stages and by every step. ``length`` counts the target
-    positions already decoded (the position offset of the next token). ``memory_rows`` is the
-    source row each batch row's memory came from (None: row i from row i).
+    positions already decoded (the position offset of the next token).
+
+    Beam search keeps the memory at one row per sentence: while every sentence's rows are
+    consecutive and equally many (its beams), the memory caches and ``memory_padding_mask`` hold
+    one row per sentence and ``memory_kv[l].queries_per_row`` says how many batch rows share it;
+    cross-attention then attends all of a sentence's beams at once. Any other reorder gathers the
+    memory to one row per batch row.
     """
 
     self_attn: dict[tuple[int, int], KVCache]
@@ -27,7 +32,6 @@ class DecoderState:
     memory_padding_mask: Tensor | None
     length: int = 0
     stage_counts: tuple[int, ...] = field(default=())
-    memory_rows: Tensor | None = None
 
     def block_caches(self, block: int) -> list[KVCache]:
         """The per-stage self-attention caches of ``block``, in stage order."""
@@ -37,23 +41,28 @@ class DecoderState:
         """Keep/duplicate batch rows for beam search: row i becomes old row ``index[i]``."""
         for cache in self.self_attn.values():
             cache.reorder(index)
-        rows = self.memory_rows
-        if rows is None:
-            rows = torch.arange(_batch_size(self), device=index.device)
-        new_rows = rows.index_select(0, index)
-        self.memory_rows = new_rows
-        if torch.equal(new_rows, rows):
-            return  # every row keeps its sentence: beams moved within sentences, memory is shared
-        for cache in self.memory_kv.values():
-            cache.reorder(index)
-        if self.memory_padding_mask is not None:
-            self.memory_padding_mask = self.memory_padding_mask.index_select(0, index)
+        caches = list(self.memory_kv.values())
+        group = caches[0].queries_per_row if caches else 1
+        source = index // group  # the memory row each new row reads
+        runs, counts = torch.unique_consecutive(source, return_counts=True)
+        share = int(counts[0]) if len(counts) else 1
+        if bool((counts == share).all()) and bool((runs[1:] > runs[:-1]).all()):
+            # every sentence still decoding: the memory stays as it is
+            gather = None if len(runs) == _memory_rows(self) else runs
+        else:
+            gather, share = source, 1
+        for cache in caches:
+            if gather is not None:
+                cache.reorder(gather)
+            cache.queries_per_row = share
+        if self.memory_padding_mask is not None and gather is not None:
+            self.memory_padding_mask = self.memory_padding_mask.index_select(0, gather)
 
 
-def _batch_size(state: DecoderState) -> int:
-    for cache in (*state.memory_kv.values(), *state.self_attn.values()):
+def _memory_rows(state: DecoderState) -> int:
+    for cache in state.memory_kv.values():
         if cache.key is not None:
             return cache.key.shape[0]
     if state.memory_padding_mask is not None:
         return state.memory_padding_mask.shape[0]
-    raise ValueError("cannot reorder an empty DecoderState")
+    return 0
