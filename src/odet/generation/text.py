@@ -27,8 +27,8 @@ class GenerationConfig:
     """Search settings (``max_len = max_len_a · source_length + max_len_b``).
 
     ``precision="bf16"`` decodes with a bfloat16 copy of the model (scores are summed in fp32):
-    about twice as fast on CPUs with AVX-512-BF16 or AMX and on GPUs, with the same translations
-    up to rare near-ties (benchmarks/RESULTS.md, results/multi30k/README.md).
+    1.4× (d256) to 2.6× (d512) faster on this AVX-512-BF16 CPU, with the same translations up to
+    near-ties (benchmarks/RESULTS.md, results/multi30k/decode-precision/).
     """
 
     strategy: Literal["beam", "greedy", "sample"] = "beam"

@@ -141,7 +141,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     """
     if q.shape[2] > FEW_QUERIES or dropout or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, H, 1, S)
+    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, H, Tq, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
@@ -217,9 +217,7 @@ class CrossAttention(nn.Module):
         q = _split_heads(self.q_proj(x), self.num_heads)  # (N, H, T, Dh)
         n, h, t, d = q.shape
         share = memory_kv.queries_per_row
-        if (
-            share > 1
-        ):  # the beams of a sentence as one row of share·T queries: (N / share, H, ·, Dh)
+        if share > 1:  # a sentence's beams as one row of share·T queries: (N / share, H, ·, Dh)
             q = q.view(n // share, share, h, t, d).transpose(1, 2).reshape(n // share, h, -1, d)
         mask = attention_mask(memory_padding_mask, q.shape[2], memory_kv.length, causal=False)
         dropout = self.dropout if self.training else 0.0
