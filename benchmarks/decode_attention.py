@@ -35,6 +35,7 @@ def _widened(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: floa
     return _attention(q.to(k.dtype), k, v, mask, dropout).to(q.dtype)
 
 
+@torch.no_grad()
 def _ten_calls(fn: Callable[..., Tensor], *args: Any) -> None:
     for _ in range(10):
         fn(*args, 0.0)

@@ -62,16 +62,21 @@ def test_switching_to_no_grad_keeps_the_positions_filled_with_grad() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("masked", [False, True])
-def test_single_query_path_matches_sdpa_including_fully_masked_rows(dtype, masked) -> None:
+@pytest.mark.parametrize("queries", [1, 5])
+def test_few_query_path_matches_sdpa_including_fully_masked_rows(dtype, masked, queries) -> None:
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(4, 3, t, 8, generator=g, dtype=dtype) for t in (1, 6, 6))
+    q, k, v = (torch.randn(4, 3, t, 8, generator=g, dtype=dtype) for t in (queries, 6, 6))
     mask = None
     if masked:
         mask = torch.rand(4, 1, 1, 6, generator=g) > 0.3
         mask[0] = True
         mask[1] = False  # nothing to attend to: SDPA gives zeros
     expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
-    got = _attention(q, k, v, mask, dropout=0.0)
+    with torch.no_grad():  # the two-matmul path is for inference; training takes SDPA
+        got = _attention(q, k, v, mask, dropout=0.0)
+    assert torch.equal(
+        _attention(q, k, v, mask, 0.0), F.scaled_dot_product_attention(q, k, v, mask)
+    )
     assert got.dtype == dtype
     tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
     torch.testing.assert_close(got.double(), expected, atol=tol, rtol=tol)

@@ -134,12 +134,12 @@ FEW_QUERIES = 16
 def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> Tensor:
     """SDPA of ``q (B, H, Tq, Dh)`` over ``k, v (B, H, S, Dh)``; ``mask`` True = attend.
 
-    A few queries per row without dropout (a decoding step; a sentence's beams) on CPU take two
+    Inference with a few queries per row (a decoding step; a sentence's beams) on CPU takes two
     batched matmuls: the CPU SDPA kernels tile for long queries and ran 1.5× (fp32) to 3.3–3.9×
     (bf16) slower on decoding-step shapes (benchmarks/runs/decode_attention.md). The softmax
-    runs in at least fp32.
+    runs in at least fp32. Training always takes SDPA.
     """
-    if q.shape[2] > FEW_QUERIES or dropout or q.device.type != "cpu":
+    if torch.is_grad_enabled() or dropout or q.shape[2] > FEW_QUERIES or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
     scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, H, Tq, S)
     if mask is not None:
