@@ -47,7 +47,7 @@ class DecoderState:
         runs, counts = torch.unique_consecutive(source, return_counts=True)
         share = int(counts[0]) if len(counts) else 1
         if bool((counts == share).all()) and bool((runs[1:] > runs[:-1]).all()):
-            # every sentence still decoding: the memory stays as it is
+            # grouped: one memory row per sentence, finished sentences' rows dropped (if any)
             gather = None if len(runs) == _memory_rows(self) else runs
         else:
             gather, share = source, 1
