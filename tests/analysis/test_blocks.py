@@ -3,7 +3,12 @@ import json
 import pytest
 import torch
 
-from odet.analysis.blocks import coefficient_snapshot, gate_statistics, update_sizes
+from odet.analysis.blocks import (
+    coefficient_snapshot,
+    gate_statistics,
+    has_learned_coefficients,
+    update_sizes,
+)
 from odet.cli import main
 from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.training import TrainConfig, train
@@ -67,6 +72,45 @@ def test_coefficient_snapshot_reports_fixed_learned_and_gate_values():
     assert all(0 < row[0] < 1 for row in snapshot["encoder"])
 
 
+def test_coefficient_snapshot_lists_predictor_then_corrector_weights_and_dlcl_rows():
+    torch.manual_seed(4)
+    src, tgt = _batch()
+    pc = _model(encoder_method="pc", coefficients="ema")
+    for block in pc.encoder.blocks:
+        with torch.no_grad():
+            block.corrector_coefficients.weight.add_(torch.tensor([0.1, -0.2, 0.3]))
+    snapshot = coefficient_snapshot(pc, src, tgt)
+    for block, row in zip(pc.encoder.blocks, snapshot["encoder"], strict=True):
+        gamma = block.corrector_coefficients.weight.detach()
+        expected = [*block.predictor_coefficients.weights(), *gamma]
+        assert row == pytest.approx([float(w) for w in expected])
+    assert snapshot["encoder"][0][2:] == pytest.approx([0.6, -0.2, 0.8])
+    dlcl = _model(encoder_method="dlcl")
+    with torch.no_grad():
+        dlcl.encoder.weights[2][1] = 0.9
+    snapshot = coefficient_snapshot(dlcl, src, tgt)
+    assert snapshot["encoder"] == [[1.0]] * 3 and "decoder_layers" not in snapshot
+    expected = [[1.0], [0.5, 0.5], [1 / 3, 0.9, 1 / 3], [0.25] * 4]
+    for got, want in zip(snapshot["encoder_layers"], expected, strict=True):
+        assert got == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "learned"),
+    [
+        ({}, False),
+        ({"encoder_method": "rk4"}, False),
+        ({"encoder_method": "ab2"}, False),
+        ({"encoder_method": "dlcl"}, True),
+        ({"encoder_method": "pc", "coefficients": "ema"}, True),
+        ({"encoder_method": "rk2", "coefficients": "learned"}, True),
+        ({"decoder_method": "rk2", "coefficients": "gated"}, True),
+    ],
+)
+def test_has_learned_coefficients_names_every_block_weight_training_changes(overrides, learned):
+    assert has_learned_coefficients(_model(**overrides)) is learned
+
+
 def _manual_gate_logits(model: Seq2Seq, src: torch.Tensor) -> list[torch.Tensor]:
     """The encoder blocks' gate logits over the real tokens, block by block."""
     pad = src.eq(0)
@@ -121,6 +165,7 @@ def test_analyze_command_writes_plots_and_json(copy_data, tmp_path):  # noqa: F8
     for name, model in [
         ("euler", {}),
         ("gated", {"encoder_method": "rk2", "coefficients": "gated"}),
+        ("dlcl", {"encoder_method": "dlcl"}),
     ]:
         run = tmp_path / name
         train(
@@ -133,5 +178,7 @@ def test_analyze_command_writes_plots_and_json(copy_data, tmp_path):  # noqa: F8
     assert len(report["euler"]["update_sizes"]["encoder"]) == 1
     assert report["euler"]["gates"]["encoder"] == [None]
     assert 0 <= report["gated"]["gates"]["encoder"][0]["saturated"] <= 1
-    for png in ("update_sizes.png", "coefficients.png"):
+    assert "encoder_layers" in report["dlcl"]["coefficient_history"][-1]
+    assert len(report["dlcl"]["coefficients"]["encoder_layers"]) == 2  # W rows: block 1, output
+    for png in ("update_sizes.png", "coefficients.png", "layer_weights.png"):
         assert (tmp_path / "analysis" / png).stat().st_size > 1000

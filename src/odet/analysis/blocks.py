@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from odet.blocks import Coefficients, GatedCoefficients, Stack
+from odet.blocks import Coefficients, DLCLStack, FixedCoefficients, GatedCoefficients, Stack
 from odet.models import Seq2Seq
 
 
@@ -104,12 +104,28 @@ def gate_statistics(
     return stats
 
 
+def has_learned_coefficients(model: nn.Module) -> bool:
+    """Whether any block weights change in training: learned, gated or EMA stage weights, or a
+    DLCL layer combination."""
+    return any(
+        isinstance(m, DLCLStack)
+        or (isinstance(m, Coefficients) and not isinstance(m, FixedCoefficients))
+        for m in model.modules()
+    )
+
+
 @torch.no_grad()
 def coefficient_snapshot(
     model: Seq2Seq, src: Tensor | None = None, tgt_in: Tensor | None = None
 ) -> dict[str, list[list[float]]]:
-    """Per stack, per block: the stage weights (or ``[mean g]`` for gated RK2 over the real
-    positions of ``src``/``tgt_in``, or ``[]`` when a block has no weights)."""
+    """Per stack, per block: the block's weights, ``[]`` when it has none.
+
+    A block's row lists the weights of each of its coefficient modules in order: the stage
+    weights, or ``[mean g]`` for gated RK2 over the real positions of ``src``/``tgt_in``; a
+    predictor–corrector block gives its predictor weights ``w`` then its corrector weights
+    ``γ``. A DLCL stack adds ``"<stack>_layers"``: the rows ``W[l, :l+1]`` of its layer
+    combination (row ``l`` is the input of block ``l + 1``, the last row the stack's output).
+    """
     gates: dict[str, list[GateStats | None]] = {}
     if src is not None and tgt_in is not None:
         gates = gate_statistics(model, src, tgt_in)
@@ -117,15 +133,17 @@ def coefficient_snapshot(
     for name, stack in _stacks(model).items():
         rows: list[list[float]] = []
         for index, block in enumerate(stack.blocks):
-            coefficients = next((m for m in block.modules() if isinstance(m, Coefficients)), None)
-            if isinstance(coefficients, GatedCoefficients):
-                stats = gates[name][index] if gates else None
-                rows.append([stats["mean"]] if stats else [])
-            elif isinstance(coefficients, Coefficients) and coefficients.weights() is not None:
-                rows.append([float(w) for w in coefficients.weights()])
-            else:
-                rows.append([])
+            row: list[float] = []
+            for coefficients in (m for m in block.modules() if isinstance(m, Coefficients)):
+                if isinstance(coefficients, GatedCoefficients):
+                    stats = gates[name][index] if gates else None
+                    row.extend([stats["mean"]] if stats else [])
+                elif (weights := coefficients.weights()) is not None:
+                    row.extend(float(w) for w in weights)
+            rows.append(row)
         snapshot[name] = rows
+        if isinstance(stack, DLCLStack):
+            snapshot[f"{name}_layers"] = [row.detach().tolist() for row in stack.weights]
     return snapshot
 
 
@@ -169,7 +187,7 @@ def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str,
     """``odet analyze``: update sizes, coefficients and gate statistics of each run's best
     checkpoint on its first ``sentences`` validation pairs (text or JSON Lines data), and the
     coefficients logged over training; writes ``analysis.json``, ``update_sizes.png`` and
-    ``coefficients.png`` to ``out``."""
+    ``coefficients.png`` to ``out``, and ``layer_weights.png`` when a run has a DLCL stack."""
     import json
     from pathlib import Path
 
@@ -207,6 +225,7 @@ def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str,
     (out_dir / "analysis.json").write_text(json.dumps(report, indent=2) + "\n")
     _plot_update_sizes(report, out_dir / "update_sizes.png")
     _plot_coefficients(report, out_dir / "coefficients.png")
+    _plot_layer_weights(report, out_dir / "layer_weights.png")
     return report
 
 
@@ -257,6 +276,44 @@ def _plot_coefficients(report: dict[str, Any], path: Any) -> None:
         ax.text(
             0.5, 0.5, "no learned coefficients in these runs", ha="center", transform=ax.transAxes
         )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_layer_weights(report: dict[str, Any], path: Any) -> None:
+    """The learned DLCL combinations ``W`` (one heat map per DLCL stack); nothing without one."""
+    panels = [
+        (f"{name} {key.removesuffix('_layers')}", rows)
+        for name, entry in report.items()
+        for key, rows in entry["coefficients"].items()
+        if key.endswith("_layers")
+    ]
+    if not panels:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels):
+        dense = np.full((len(rows), len(rows)), np.nan)
+        for l, row in enumerate(rows):
+            dense[l, : len(row)] = row
+        image = ax.imshow(dense, cmap="viridis")
+        low, high = np.nanmin(dense), np.nanmax(dense)
+        for (l, k), value in np.ndenumerate(dense):
+            if not np.isnan(value):
+                light = high > low and (value - low) / (high - low) > 0.6
+                color = "k" if light else "w"
+                ax.text(k, l, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
+        labels = ["emb", *(f"y{k}" for k in range(1, len(rows)))]
+        ax.set_xticks(range(len(rows)), labels)
+        ax.set_yticks(range(len(rows)), [*(f"in {l + 1}" for l in range(len(rows) - 1)), "out"])
+        ax.set_title(f"{title}: W[l, k]", fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

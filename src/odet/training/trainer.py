@@ -32,8 +32,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from odet.analysis.blocks import coefficient_snapshot
-from odet.blocks.coefficients import Coefficients, FixedCoefficients
+from odet.analysis.blocks import coefficient_snapshot, has_learned_coefficients
 from odet.data import (
     DataError,
     LengthFilter,
@@ -626,13 +625,9 @@ class Trainer:
         return autocast(c.precision, self.device, math_sdpa=c.bf16_sdpa == "math")
 
     def _log_coefficients(self, model: Seq2Seq) -> None:
-        """The blocks' stage weights (mean gate for gated RK2) on a validation batch; nothing
-        when every block's weights are fixed (they would be the same line at every step)."""
-        varying = any(
-            isinstance(m, Coefficients) and not isinstance(m, FixedCoefficients)
-            for m in model.modules()
-        )
-        if self.valid_set is None or not varying:
+        """The blocks' weights (``coefficient_snapshot``) on a validation batch; nothing when
+        every block's weights are fixed (they would be the same line at every step)."""
+        if self.valid_set is None or not has_learned_coefficients(model):
             return
         batch = self.valid_set.batch(list(range(min(64, len(self.valid_set))))).to(self.device)
         snapshot = coefficient_snapshot(model, batch.src, batch.tgt_in)
