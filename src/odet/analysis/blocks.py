@@ -234,6 +234,7 @@ def _plot_update_sizes(report: dict[str, Any], path: Any) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for name, entry in report.items():
@@ -242,7 +243,9 @@ def _plot_update_sizes(report: dict[str, Any], path: Any) -> None:
             label = f"{name} ({entry[f'{stack}_method']})"
             ax.plot(range(1, len(sizes) + 1), sizes, "o-", label=label)
     for ax, stack in zip(axes, ("encoder", "decoder")):
-        ax.set(xlabel=f"{stack} block", ylabel="‖y_{l+1} − y_l‖ / ‖y_l‖", title=stack)
+        ylabel = r"$\|y_{l+1} - y_l\| \,/\, \|y_l\|$"
+        ax.set(xlabel=f"{stack} block", ylabel=ylabel, title=stack)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
