@@ -183,6 +183,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             ]
             if gates:
                 print(f"{name}: {stack} gates: " + "; ".join(gates))
+        for key, rows in entry["coefficients"].items():
+            if key.endswith("_layers"):
+                weights = " ".join(f"{w:.2f}" for w in rows[-1])
+                stack = key.removesuffix("_layers")
+                print(f"{name}: {stack} DLCL output weights (embedding, blocks 1…): {weights}")
     print(f"plots and analysis.json in {args.out}")
     return 0
 

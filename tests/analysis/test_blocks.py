@@ -160,7 +160,7 @@ def test_gate_statistics_detect_saturated_and_neutral_gates():
     assert euler == {"encoder": [None, None, None], "decoder": [None, None]}
 
 
-def test_analyze_command_writes_plots_and_json(copy_data, tmp_path):  # noqa: F811
+def test_analyze_command_writes_plots_and_json(copy_data, tmp_path, capsys):  # noqa: F811
     runs = []
     for name, model in [
         ("euler", {}),
@@ -173,6 +173,8 @@ def test_analyze_command_writes_plots_and_json(copy_data, tmp_path):  # noqa: F8
         )
         runs.append(str(run))
     assert main(["analyze", *runs, "--out", str(tmp_path / "analysis"), "--sentences", "16"]) == 0
+    printed = capsys.readouterr().out
+    assert "dlcl: encoder DLCL output weights (embedding, blocks 1…): " in printed
     report = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
     assert report["gated"]["coefficient_history"][-1]["step"] > 0
     assert len(report["euler"]["update_sizes"]["encoder"]) == 1
