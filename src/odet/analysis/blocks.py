@@ -143,7 +143,8 @@ def coefficient_snapshot(
             rows.append(row)
         snapshot[name] = rows
         if isinstance(stack, DLCLStack):
-            snapshot[f"{name}_layers"] = [row.detach().tolist() for row in stack.weights]
+            dense = stack.combination_weights()
+            snapshot[f"{name}_layers"] = [row[: l + 1].tolist() for l, row in enumerate(dense)]
     return snapshot
 
 
