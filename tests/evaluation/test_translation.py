@@ -7,7 +7,13 @@ import math
 
 import pytest
 
-from odet.evaluation import corpus_bleu, corpus_chrf, tokenize_13a_lower, tokenized_bleu
+from odet.evaluation import (
+    corpus_bleu,
+    corpus_chrf,
+    paired_bleu_test,
+    tokenize_13a_lower,
+    tokenized_bleu,
+)
 
 
 def test_bleu_matches_hand_computed_ngram_precisions() -> None:
@@ -93,3 +99,55 @@ def test_tokenized_bleu_does_not_warn_on_tokenized_input(caplog: pytest.LogCaptu
         caplog.clear()
         tokenized_bleu(lines, lines)
     assert caplog.text == ""
+
+
+def _paired_corpus() -> tuple[list[str], list[str], list[str]]:
+    """40 references, a system that reproduces them and one that gets a word wrong in each."""
+    refs = [f"the cat number {i} sat on mat {i % 7} today" for i in range(40)]
+    good = list(refs)
+    bad = [r.replace("sat", "stood") for r in refs]
+    return refs, good, bad
+
+
+def test_paired_bleu_test_scores_are_corpus_bleu() -> None:
+    refs, good, bad = _paired_corpus()
+    out = paired_bleu_test(bad, good, refs, trials=200)
+    assert out.baseline == pytest.approx(corpus_bleu(bad, refs).score)
+    assert out.system == pytest.approx(100.0)
+    assert out.delta == pytest.approx(out.system - out.baseline)
+    assert (out.method, out.trials) == ("ar", 200)
+
+
+@pytest.mark.parametrize("method", ["ar", "bs"])
+def test_paired_bleu_test_finds_a_consistent_difference_significant(method: str) -> None:
+    refs, good, bad = _paired_corpus()
+    assert paired_bleu_test(bad, good, refs, method=method, trials=500).p_value < 0.01
+
+
+def test_paired_bleu_test_of_equally_good_systems_is_not_significant() -> None:
+    refs, good, bad = _paired_corpus()
+    odd_wrong = [g if i % 2 else b for i, (g, b) in enumerate(zip(good, bad))]
+    even_wrong = [b if i % 2 else g for i, (g, b) in enumerate(zip(good, bad))]
+    assert paired_bleu_test(odd_wrong, list(odd_wrong), refs, trials=200).p_value == 1.0
+    different_but_as_good = paired_bleu_test(odd_wrong, even_wrong, refs, trials=500)
+    assert different_but_as_good.delta == pytest.approx(0.0)
+    assert different_but_as_good.p_value > 0.5
+
+
+def test_paired_bleu_test_approximate_randomization_is_symmetric() -> None:
+    refs, good, bad = _paired_corpus()
+    half = [g if i % 3 else b for i, (g, b) in enumerate(zip(good, bad))]
+    forward = paired_bleu_test(bad, half, refs, trials=300)
+    backward = paired_bleu_test(half, bad, refs, trials=300)
+    assert forward.p_value == pytest.approx(backward.p_value)
+    assert forward.delta == pytest.approx(-backward.delta)
+
+
+def test_paired_bleu_test_rejects_bad_input() -> None:
+    refs, good, bad = _paired_corpus()
+    with pytest.raises(ValueError, match="same sentences"):
+        paired_bleu_test(good, bad[:-1], refs)
+    with pytest.raises(ValueError, match="method"):
+        paired_bleu_test(good, bad, refs, method="t-test")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="trials"):
+        paired_bleu_test(good, bad, refs, trials=-1)

@@ -52,6 +52,8 @@ def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_dat
         for i in (0, 2)
     )
     assert delta.split(" | ")[1] == f"{expected / 2:+.2f}"  # mean of the per-seed differences
+    p_values = [float(p.split(")")[0]) for p in delta.split("(p = ")[1:]]
+    assert len(p_values) == 2 and all(0 < p <= 1 for p in p_values)  # one test per seed pair
     assert (tmp_path / "exp" / "bleu_vs_time.png").stat().st_size > 1000
     # Running again trains nothing new: finished runs are skipped.
     mtime = (tmp_path / "exp" / "euler" / "seed1" / "summary.json").stat().st_mtime

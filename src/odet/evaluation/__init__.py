@@ -5,8 +5,10 @@ from odet.evaluation.rouge import RougeResult, RougeScore, corpus_rouge
 from odet.evaluation.translation import (
     BLEUResult,
     CHRFResult,
+    PairedBLEU,
     corpus_bleu,
     corpus_chrf,
+    paired_bleu_test,
     tokenize_13a_lower,
     tokenized_bleu,
 )
@@ -16,6 +18,7 @@ __all__ = [
     "CHRFResult",
     "GLEUResult",
     "M2Result",
+    "PairedBLEU",
     "RougeResult",
     "RougeScore",
     "corpus_bleu",
@@ -23,6 +26,7 @@ __all__ = [
     "corpus_gleu",
     "corpus_rouge",
     "m2_score",
+    "paired_bleu_test",
     "sentence_gleu",
     "tokenize_13a_lower",
     "tokenized_bleu",

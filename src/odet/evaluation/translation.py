@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 __all__ = [
     "BLEUResult",
     "CHRFResult",
+    "PairedBLEU",
     "corpus_bleu",
     "corpus_chrf",
+    "paired_bleu_test",
     "tokenize_13a_lower",
     "tokenized_bleu",
 ]
@@ -147,6 +150,81 @@ def corpus_chrf(
         word_order=word_order,
         beta=beta,
         signature=str(metric.get_signature()),
+    )
+
+
+@dataclass(frozen=True)
+class PairedBLEU:
+    """Two systems' corpus BLEU on the same test set, with a paired significance test.
+
+    ``p_value`` is the chance, were the two systems equally good, of a BLEU difference at least
+    as large as the observed one. It measures test-set sampling noise only, not the variance
+    between training seeds.
+    """
+
+    baseline: float
+    system: float
+    p_value: float
+    system_ci: float  # half-width of the system's 95 % bootstrap interval
+    method: Literal["ar", "bs"]
+    trials: int
+
+    @property
+    def delta(self) -> float:
+        return self.system - self.baseline
+
+
+def paired_bleu_test(
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: References,
+    *,
+    tokenize: BleuTokenizer = "13a",
+    lowercase: bool = False,
+    method: Literal["ar", "bs"] = "ar",
+    trials: int = 0,
+) -> PairedBLEU:
+    """Is ``system``'s BLEU different from ``baseline``'s on these sentences?
+
+    Delegates to sacrebleu's ``PairedTest`` (``sacrebleu --paired-ar`` / ``--paired-bs``):
+    ``"ar"`` is approximate randomization (Riezler & Maxwell, 2005; 10,000 trials by default),
+    ``"bs"`` paired bootstrap resampling (Koehn, 2004; 1,000 resamples). Both use sacrebleu's
+    fixed seed (``SACREBLEU_SEED``, 12345 by default), so results are reproducible. sacrebleu
+    counts only trials whose difference *exceeds* the observed one, which underestimates ``p``
+    when just a few sentences differ (one differing sentence gives ``1 / (trials + 1)``);
+    identical outputs are given ``p = 1``.
+    """
+    if len(baseline) != len(system):
+        raise ValueError(
+            f"the systems must translate the same sentences: got {len(baseline)} baseline and "
+            f"{len(system)} system hypotheses"
+        )
+    if method not in ("ar", "bs"):
+        raise ValueError(f"method must be 'ar' or 'bs', got {method!r}")
+    if trials < 0:
+        raise ValueError(f"trials must be >= 0 (0: sacrebleu's default), got {trials}")
+    streams = _reference_streams(baseline, references)
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
+    test = PairedTest(
+        [("baseline", list(baseline)), ("system", list(system))],
+        {"BLEU": metric},
+        references=streams,
+        test_type=method,
+        n_samples=trials,
+        n_ar_confidence=0,
+    )
+    _, scores = test()
+    base, other = next(v for k, v in scores.items() if k != "System")
+    # sacrebleu counts only trials *above* the observed difference, so identical outputs would
+    # get p = 1 / (trials + 1); no difference at all is no evidence of one.
+    identical = list(baseline) == list(system)
+    return PairedBLEU(
+        baseline=float(base.score),
+        system=float(other.score),
+        p_value=1.0 if identical else float(other.p_value),
+        system_ci=float(other.ci),
+        method=method,
+        trials=test.n_samples,
     )
 
 

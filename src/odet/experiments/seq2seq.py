@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from odet.config import check, check_types, from_dict, load_yaml
-from odet.evaluation import corpus_bleu, tokenize_13a_lower, tokenized_bleu
+from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, tokenized_bleu
 from odet.evaluation.files import read_all_lines
 from odet.generation.text import Translator
 from odet.models import Seq2Seq
@@ -82,6 +82,9 @@ class RunResult:
     test_bleu: float | None
     test_bleu_tok: float | None
     averaged: dict[str, float] = field(default_factory=dict)
+    # the lower-cased 13a-tokenized test output behind the compared "tok" score, and references
+    compared: list[str] | None = field(default=None, repr=False)
+    references: list[str] | None = field(default=None, repr=False)
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
@@ -152,12 +155,16 @@ def _result(config: ExperimentConfig, variant: str, seed: int) -> RunResult:
         else None
     )
     test_tok = None
+    compared = None
     if references is not None and (run / "test.hyp").is_file():
         hyps = read_all_lines(run / "test.hyp")
         test_tok = _tok_bleu(hyps, references)
+        compared = hyps
     averaged: dict[str, float] = {}
     if config.average_last and references is not None:
         averaged = _averaged_test(train_config, run, config.average_last, references)
+        hyp_file = run / f"test.avg{config.average_last}.hyp"
+        compared = read_all_lines(hyp_file) if averaged else None
     valid = [r for r in MetricsLog(run / "metrics.jsonl").read() if r["event"] == "valid"]
     return RunResult(
         variant=variant,
@@ -169,6 +176,8 @@ def _result(config: ExperimentConfig, variant: str, seed: int) -> RunResult:
         test_bleu=summary.get("test", {}).get("bleu"),
         test_bleu_tok=test_tok,
         averaged=averaged,
+        compared=[tokenize_13a_lower(h) for h in compared] if compared is not None else None,
+        references=[tokenize_13a_lower(r) for r in references] if references else None,
     )
 
 
@@ -293,30 +302,39 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
 
 def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> list[str]:
     """Per variant, its tokenized test BLEU minus the first variant's, seed by seed (the
-    comparison the seeds are for: both runs of a pair share data order and initial seed)."""
+    comparison the seeds are for: both runs of a pair share data order and initial seed), each
+    with the p-value of a paired approximate-randomization test on the test sentences."""
 
     def tok(r: RunResult) -> float | None:
         return r.averaged.get("bleu_tok") if config.average_last else r.test_bleu_tok
 
     baseline, *others = list(config.variants)
-    base = {r.seed: tok(r) for r in results if r.variant == baseline}
+    base = {r.seed: r for r in results if r.variant == baseline and tok(r) is not None}
     rows = []
     for variant in others:
-        deltas = {
-            r.seed: tok(r) - base[r.seed]
-            for r in results
-            if r.variant == variant and base.get(r.seed) is not None and tok(r) is not None
-        }
-        if deltas:
-            per_seed = ", ".join(f"seed {k}: {v:+.2f}" for k, v in sorted(deltas.items()))
-            mean = statistics.mean(deltas.values())
+        cells = {}
+        for r in results:
+            b = base.get(r.seed)
+            if r.variant != variant or b is None or tok(r) is None:
+                continue
+            cell = f"seed {r.seed}: {tok(r) - tok(b):+.2f}"
+            if r.compared is not None and b.compared is not None and r.references:
+                test = paired_bleu_test(b.compared, r.compared, r.references, tokenize="none")
+                cell += f" (p = {test.p_value:.2g})"
+            cells[r.seed] = (tok(r) - tok(b), cell)
+        if cells:
+            mean = statistics.mean(delta for delta, _ in cells.values())
+            per_seed = ", ".join(cell for _, (_, cell) in sorted(cells.items()))
             rows.append(f"| {variant} | {mean:+.2f} | {per_seed} |")
     if not rows:
         return []
     which = f"avg{config.average_last} tok" if config.average_last else "test BLEU tok"
     return [
         "",
-        f"Difference from `{baseline}` in {which}, paired by seed:",
+        f"Difference from `{baseline}` in {which}, paired by seed. p: paired approximate "
+        "randomization over the test sentences (sacrebleu, 10,000 trials), the chance of so "
+        "large a difference between equally good systems; it measures test-set noise, not the "
+        "variation between training seeds.",
         "",
         "| variant | mean Δ | per seed |",
         "|---|---|---|",
