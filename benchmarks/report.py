@@ -67,7 +67,7 @@ def _training_tables(entry: dict[str, Any]) -> list[str]:
     lines += _table(header, rows)
     for system, reason in training["skipped"].items():
         lines.append(f"\n`{system}` skipped: {reason}")
-    lines += ["", "RK cost (same-round time ratio vs FLOP ratio):", ""]
+    lines += ["", "Cost of RK and other blocks (same-round time ratio vs FLOP ratio):", ""]
     lines += _table(
         ["ratio", "time", "FLOPs", "time ≤ FLOPs"],
         [

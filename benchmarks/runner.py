@@ -1,8 +1,8 @@
 """``python -m benchmarks``: odet against its peers, in one process, round-robin.
 
 For each size: training tokens/s (forward + backward + Adam), peak memory and MFU of every
-training system; encoder-only RK cost ratios; generation sentences/s (greedy and beam) at forced
-lengths. Results go to JSON and, for full runs, to ``benchmarks/RESULTS.md``.
+training system; encoder-only cost ratios of every block method; generation sentences/s (greedy
+and beam) at forced lengths. Results go to JSON and, for full runs, to ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 
 from benchmarks import measure, report
 from benchmarks.systems import (
-    ENCODER_METHODS,
+    ENCODERS,
     GEN_SYSTEMS,
     SIZES,
     TRAIN_SYSTEMS,
@@ -77,7 +77,7 @@ def _train_entry(
 def run_training(
     size: BenchSize, names: Sequence[str], rounds: int, with_memory: bool
 ) -> dict[str, Any]:
-    """Round-robin the training systems, the encoder-only RK tasks and the GEMM probes."""
+    """Round-robin the training systems, the encoder-only method tasks and the GEMM probes."""
     batch = make_batch(size)
     systems: dict[str, TrainSystem] = {}
     skipped: dict[str, str] = {}
@@ -97,7 +97,7 @@ def run_training(
             measure.peak_memory(lambda n=name: _two_steps(n, size, batch)) if with_memory else None
         )
 
-    encoders = {m: encoder_task(size, m) for m in ENCODER_METHODS}
+    encoders = {m: encoder_task(size, m) for m in ENCODERS}
     encoder_flops = {m: measure.count_flops(lambda f=f: f(batch)) for m, f in encoders.items()}
     tokens = size.batch_size * size.tgt_len
     gemm_tasks = {
@@ -135,12 +135,13 @@ def run_training(
         for a, b in RK_PAIRS
         if a in systems and b in systems
     }
-    for m in ENCODER_METHODS[1:]:
-        rk[f"encoder {m}/euler"] = {
+    base, *others = ENCODERS
+    for m in others:
+        rk[f"encoder {m}/{base}"] = {
             "time_ratio": measure.same_round_ratio(
-                timings[f"encoder:{m}"], timings["encoder:euler"]
+                timings[f"encoder:{m}"], timings[f"encoder:{base}"]
             ),
-            "flop_ratio": encoder_flops[m] / encoder_flops["euler"],
+            "flop_ratio": encoder_flops[m] / encoder_flops[base],
         }
     memory_ratios = {
         f"{a}/{b}": memory[a] / memory[b]

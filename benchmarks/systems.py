@@ -165,14 +165,17 @@ class MasterWeightsSystem(TrainSystem):
 
 
 # ----------------------------------------------------------------------------------- odet
-def odet_config(size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed"):
-    """The odet model of ``size``: shared embeddings, dropout 0.1 after attention/FFN."""
+def odet_config(
+    size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed", depth: int = 1
+):
+    """The odet model of ``size`` (``depth`` × its encoder layers): shared embeddings, dropout
+    0.1 after attention/FFN."""
     return Seq2SeqConfig(
         vocab_size=size.vocab_size,
         d_model=size.d_model,
         num_heads=size.num_heads,
         ffn_dim=size.ffn_dim,
-        encoder_layers=size.encoder_layers,
+        encoder_layers=depth * size.encoder_layers,
         decoder_layers=size.decoder_layers,
         encoder_method=encoder_method,
         coefficients=coefficients,
@@ -186,9 +189,11 @@ def odet_config(size: BenchSize, encoder_method: str = "euler", coefficients: st
     )
 
 
-def odet_model(size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed"):
+def odet_model(
+    size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed", depth: int = 1
+):
     torch.manual_seed(0)
-    return Seq2Seq(odet_config(size, encoder_method, coefficients))
+    return Seq2Seq(odet_config(size, encoder_method, coefficients, depth))
 
 
 def _odet_train(
@@ -361,19 +366,41 @@ TRAIN_SYSTEMS: dict[str, Callable[[BenchSize], TrainSystem]] = {
 """Training systems by name; the first odet entry is the Euler baseline of the RK ratios."""
 
 
-# ------------------------------------------------------------------------- encoder-only (RK)
-def encoder_task(size: BenchSize, method: str) -> Callable[[Batch], None]:
-    """Forward + backward of the odet encoder alone (``method`` blocks), for RK cost ratios."""
-    model = odet_model(size, method).train()
+# ------------------------------------------------------------------- encoder-only (methods)
+@dataclass(frozen=True)
+class Encoder:
+    """An encoder variant: block method, coefficient scheme, depth in multiples of the size's."""
+
+    method: str
+    coefficients: str = "fixed"
+    depth: int = 1
+
+
+ENCODERS: dict[str, Encoder] = {
+    "euler": Encoder("euler"),
+    "euler-2x": Encoder("euler", depth=2),
+    "rk2": Encoder("rk2"),
+    "rk2-gated": Encoder("rk2", "gated"),
+    "rk4": Encoder("rk4"),
+    "ab2": Encoder("ab2"),
+    "ab3": Encoder("ab3"),
+    "dlcl": Encoder("dlcl"),
+    "pc": Encoder("pc", "ema"),
+    "implicit_euler": Encoder("implicit_euler"),
+}
+"""Encoder-only cost ratios are taken against the first entry."""
+
+
+def encoder_task(size: BenchSize, name: str) -> Callable[[Batch], None]:
+    """Forward + backward of the odet encoder ``ENCODERS[name]`` alone, for cost ratios."""
+    e = ENCODERS[name]
+    model = odet_model(size, e.method, e.coefficients, e.depth).train()
 
     def run(batch: Batch) -> None:
         model.zero_grad(set_to_none=True)
         model.encode(batch.src).memory.square().mean().backward()
 
     return run
-
-
-ENCODER_METHODS = ("euler", "rk2", "rk4")
 
 
 # ------------------------------------------------------------------------------ generation

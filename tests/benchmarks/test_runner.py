@@ -80,6 +80,11 @@ def test_runner_smoke_writes_json_with_ratios_flops_and_forced_lengths(tmp_path:
     assert train["odet-rk2"]["train_flops_per_step"] > train["odet-euler"]["train_flops_per_step"]
     assert toy["training"]["rk"]["encoder rk2/euler"]["flop_ratio"] == pytest.approx(2.0)
     assert toy["training"]["rk"]["encoder rk4/euler"]["flop_ratio"] == pytest.approx(4.0)
+    assert toy["training"]["rk"]["encoder euler-2x/euler"]["flop_ratio"] == pytest.approx(2.0)
+    assert toy["training"]["rk"]["encoder pc/euler"]["flop_ratio"] > 2.0  # predictor + corrector
+    assert {f"encoder {m}/euler" for m in ("ab2", "ab3", "dlcl", "implicit_euler")} <= set(
+        toy["training"]["rk"]
+    )
     assert toy["generation"]["greedy"]["odet-euler"]["sentences_per_s"] > 0
     assert "| `odet-euler` |" in md.read_text()
 
