@@ -9,6 +9,7 @@ from odet.models import Seq2Seq
 from odet.training import TrainConfig, train
 from odet.training.average import average_checkpoints
 from odet.training.checkpoint import latest_checkpoint
+from odet.training.trainer import _parameter_digest
 from tests.training.conftest import tiny_config, write_config
 
 
@@ -191,3 +192,29 @@ def test_bf16_training_tracks_fp32_for_a_few_updates(copy_data, tmp_path, sdpa):
     fp32_losses, bf16_losses = _losses(tmp_path / "fp32"), _losses(tmp_path / "bf16")
     for step, loss in fp32_losses.items():
         assert bf16_losses[step] == pytest.approx(loss, rel=0.02), step
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"encoder_method": "pc", "coefficients": "ema"},  # a 0-dim parameter (the EMA α)
+        {"encoder_method": "dlcl", "decoder_method": "dlcl"},
+        {"encoder_method": "ab2", "decoder_method": "implicit_euler"},
+    ],
+    ids=["pc-ema", "dlcl", "ab2-implicit"],
+)
+def test_multistep_and_predictor_corrector_runs_finish_and_write_a_summary(
+    copy_data, tmp_path, model
+):
+    config = tiny_config(copy_data, tmp_path / "run", model=model, train={"max_updates": 2})
+    result = train(TrainConfig.from_dict(config))
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == result.steps == 2
+
+
+def test_parameter_digest_covers_scalar_parameters():
+    model = torch.nn.Module()
+    model.alpha = torch.nn.Parameter(torch.tensor(0.5))
+    before = _parameter_digest(model)
+    with torch.no_grad():
+        model.alpha.fill_(0.25)
+    assert _parameter_digest(model) != before

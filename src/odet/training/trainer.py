@@ -182,10 +182,13 @@ class _StopSignals:
 
 
 def _parameter_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of the state dict's bytes, to check that data-parallel ranks agree."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(
+            tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        )
     return digest.hexdigest()
 
 
