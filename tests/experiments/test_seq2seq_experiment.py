@@ -3,6 +3,7 @@ import csv
 import yaml
 
 from odet.cli import main
+from odet.evaluation import tokenize_13a_lower, tokenized_bleu
 from tests.training.conftest import copy_data, tiny_config, write_config  # noqa: F401
 
 
@@ -53,7 +54,22 @@ def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_dat
     )
     assert delta.split(" | ")[1] == f"{expected / 2:+.2f}"  # mean of the per-seed differences
     p_values = [float(p.split(")")[0]) for p in delta.split("(p = ")[1:]]
-    assert len(p_values) == 2 and all(0 < p <= 1 for p in p_values)  # one test per seed pair
+    assert len(p_values) == 3 and all(0 < p <= 1 for p in p_values)  # all seeds, then each pair
+    # "All seeds": BLEU of both seeds' outputs joined, variant minus baseline.
+    refs = [tokenize_13a_lower(r) for r in (copy_data / "test.tgt").read_text().splitlines()]
+
+    def joined_bleu(variant: str) -> float:
+        hyps = [
+            tokenize_13a_lower(h)
+            for seed in (1, 2)
+            for h in (tmp_path / "exp" / variant / f"seed{seed}" / "test.avg2.hyp")
+            .read_text()
+            .splitlines()
+        ]
+        return tokenized_bleu(hyps, refs + refs).score
+
+    pooled = delta.split(" | ")[2]
+    assert pooled.startswith(f"{joined_bleu('rk2-gated') - joined_bleu('euler'):+.2f} (p = ")
     assert (tmp_path / "exp" / "bleu_vs_time.png").stat().st_size > 1000
     # Running again trains nothing new: finished runs are skipped.
     mtime = (tmp_path / "exp" / "euler" / "seed1" / "summary.json").stat().st_mtime

@@ -303,7 +303,9 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
 def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> list[str]:
     """Per variant, its tokenized test BLEU minus the first variant's, seed by seed (the
     comparison the seeds are for: both runs of a pair share data order and initial seed), each
-    with the p-value of a paired approximate-randomization test on the test sentences."""
+    with the p-value of a paired approximate-randomization test on the test sentences; with two
+    or more seed pairs, also one test over all of them (each seed's test set appended to the
+    last, so a sentence is paired with its own seed's baseline translation)."""
 
     def tok(r: RunResult) -> float | None:
         return r.averaged.get("bleu_tok") if config.average_last else r.test_bleu_tok
@@ -313,6 +315,7 @@ def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> l
     rows = []
     for variant in others:
         cells = {}
+        pairs: list[tuple[int, list[str], list[str], list[str]]] = []
         for r in results:
             b = base.get(r.seed)
             if r.variant != variant or b is None or tok(r) is None:
@@ -321,11 +324,12 @@ def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> l
             if r.compared is not None and b.compared is not None and r.references:
                 test = paired_bleu_test(b.compared, r.compared, r.references, tokenize="none")
                 cell += f" (p = {test.p_value:.2g})"
+                pairs.append((r.seed, b.compared, r.compared, r.references))
             cells[r.seed] = (tok(r) - tok(b), cell)
         if cells:
             mean = statistics.mean(delta for delta, _ in cells.values())
             per_seed = ", ".join(cell for _, (_, cell) in sorted(cells.items()))
-            rows.append(f"| {variant} | {mean:+.2f} | {per_seed} |")
+            rows.append(f"| {variant} | {mean:+.2f} | {_pooled(pairs)} | {per_seed} |")
     if not rows:
         return []
     which = f"avg{config.average_last} tok" if config.average_last else "test BLEU tok"
@@ -334,12 +338,30 @@ def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> l
         f"Difference from `{baseline}` in {which}, paired by seed. p: paired approximate "
         "randomization over the test sentences (sacrebleu, 10,000 trials), the chance of so "
         "large a difference between equally good systems; it measures test-set noise, not the "
-        "variation between training seeds.",
+        'variation between training seeds. "All seeds" is one test over every seed\'s '
+        "translations of the test set together (BLEU of the joined outputs), so it has the "
+        "power of all the runs; it still does not say how a new seed would do.",
         "",
-        "| variant | mean Δ | per seed |",
-        "|---|---|---|",
+        "| variant | mean Δ | all seeds | per seed |",
+        "|---|---|---|---|",
         *rows,
     ]
+
+
+def _pooled(pairs: list[tuple[int, list[str], list[str], list[str]]]) -> str:
+    """Δ and p of one paired test over the joined test outputs of every (seed, baseline
+    outputs, variant outputs, references) pair of runs; "–" with fewer than two pairs."""
+    if len(pairs) < 2:
+        return "–"
+    baseline: list[str] = []
+    system: list[str] = []
+    references: list[str] = []
+    for _, base_hyps, hyps, refs in sorted(pairs, key=lambda pair: pair[0]):
+        baseline += base_hyps
+        system += hyps
+        references += refs
+    test = paired_bleu_test(baseline, system, references, tokenize="none")
+    return f"{test.delta:+.2f} (p = {test.p_value:.2g})"
 
 
 def _plot(config: ExperimentConfig, results: list[RunResult], path: Path) -> None:
