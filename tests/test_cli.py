@@ -83,6 +83,19 @@ def _bad_inputs(tmp: Path, data: Path, run: Path) -> dict[str, tuple[list[str], 
             ["evaluate", "--hyp", str(tmp / "no.txt"), "--ref", str(tmp / "ref.txt")],
             "file not found",
         ),
+        "evaluate baseline count": (
+            [
+                "evaluate",
+                "--hyp",
+                str(tmp / "ref.txt"),
+                str(tmp / "ref.txt"),
+                "--baseline",
+                str(tmp / "ref.txt"),
+                "--ref",
+                str(tmp / "ref.txt"),
+            ],
+            "one file per --hyp file",
+        ),
         "gleu without source": (
             [
                 "evaluate",
@@ -137,6 +150,7 @@ CASES = [
     "generate overwrite input",
     "evaluate misaligned",
     "evaluate missing hyp",
+    "evaluate baseline count",
     "gleu without source",
     "average too few",
     "average not a run",
@@ -173,6 +187,16 @@ def test_evaluate_prints_bleu_with_its_signature(tmp_path, capsys):
     (tmp_path / "r").write_text("the cat sat on the mat\n")
     assert main(["evaluate", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r")]) == 0
     assert "BLEU = 100.00" in capsys.readouterr().out
+
+
+def test_evaluate_with_a_baseline_prints_the_difference_and_its_p_value(tmp_path, capsys):
+    refs = [f"the cat {i} sat on the mat" for i in range(20)]
+    (tmp_path / "r").write_text("\n".join(refs) + "\n")
+    (tmp_path / "b").write_text("\n".join(r.replace("sat", "lay") for r in refs) + "\n")
+    argv = ["evaluate", "--hyp", str(tmp_path / "r"), "--ref", str(tmp_path / "r")]
+    assert main([*argv, "--baseline", str(tmp_path / "b"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["score"] == pytest.approx(100) and result["delta"] > 0 and 0 < result["p_value"] < 0.05
 
 
 def test_train_config_written_to_run_matches_the_overrides(copy_data, tmp_path):  # noqa: F811

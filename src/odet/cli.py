@@ -116,6 +116,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         source=args.src,
         tokenized=args.tokenized,
         lowercase=args.lowercase,
+        baseline=args.baseline,
     )
     if args.json:
         print(json.dumps(result))
@@ -293,7 +294,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="score hypotheses against references")
     p.add_argument("--metric", choices=["bleu", "chrf", "rouge", "gleu", "m2"], default="bleu")
-    p.add_argument("--hyp", required=True, help="hypotheses, one per line")
+    p.add_argument(
+        "--hyp",
+        required=True,
+        nargs="+",
+        help="hypotheses, one per line; several files (BLEU only, e.g. one per seed) are scored "
+        "as one corpus, each against the references",
+    )
+    p.add_argument(
+        "--baseline",
+        nargs="+",
+        help="BLEU only: the baseline's hypotheses, one file per --hyp file; adds a paired "
+        "approximate-randomization test of the difference",
+    )
     p.add_argument(
         "--ref",
         required=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from odet.evaluation.rouge import corpus_rouge
 from odet.evaluation.translation import (
     corpus_bleu,
     corpus_chrf,
+    paired_bleu_test,
     tokenize_13a_lower,
     tokenized_bleu,
 )
@@ -42,16 +44,32 @@ def _aligned(hyp_path: str, hyps: list[str], others: dict[str, list[str]]) -> No
 
 def evaluate_files(
     metric: str,
-    hyp: str,
+    hyp: str | Sequence[str],
     refs: list[str],
     *,
     source: str | None = None,
     tokenized: bool = False,
     lowercase: bool = False,
+    baseline: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Score a hypothesis file against reference file(s); returns numbers and a text summary."""
+    """Score a hypothesis file against reference file(s); returns numbers and a text summary.
+
+    BLEU only: several hypothesis files (e.g. one per training seed) are scored as one corpus,
+    each against the same references, and ``baseline`` files (one per hypothesis file, in the
+    same order) add a paired approximate-randomization test of the difference.
+    """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
+    hyp_paths = [hyp] if isinstance(hyp, str) else list(hyp)
+    if not hyp_paths:
+        raise DataError("no hypothesis file given")
+    if (len(hyp_paths) > 1 or baseline) and metric != "bleu":
+        raise DataError("several --hyp files and --baseline are for --metric bleu only")
+    if baseline is not None and len(baseline) != len(hyp_paths):
+        raise DataError(
+            f"--baseline needs one file per --hyp file: got {len(baseline)} for {len(hyp_paths)}"
+        )
+    hyp = hyp_paths[0]
     hyps = read_all_lines(hyp)
     if metric == "m2":
         if len(refs) != 1:
@@ -70,21 +88,7 @@ def evaluate_files(
     _aligned(hyp, hyps, ref_lines)
     references = [list(group) for group in zip(*ref_lines.values())]
     if metric == "bleu":
-        if tokenized:
-            result = tokenized_bleu(
-                [tokenize_13a_lower(h) for h in hyps],
-                [[tokenize_13a_lower(r) for r in g] for g in references],
-            )
-            label = "tokenized lower-cased BLEU"
-        else:
-            result = corpus_bleu(hyps, references, lowercase=lowercase)
-            label = "BLEU"
-        return {
-            "metric": "bleu",
-            "score": result.score,
-            "signature": result.signature,
-            "text": f"{label} = {result.score:.2f} ({result.signature})",
-        }
+        return _bleu(hyp_paths, references, ref_lines, baseline or [], tokenized, lowercase)
     if metric == "chrf":
         chrf = corpus_chrf(hyps, references)
         return {
@@ -112,6 +116,56 @@ def evaluate_files(
         "std": gleu.std,
         "text": f"GLEU = {gleu.score:.2f} (± {gleu.std:.2f}, {len(refs)} reference(s))",
     }
+
+
+def _joined(paths: Sequence[str], ref_lines: dict[str, list[str]]) -> list[str]:
+    lines: list[str] = []
+    for path in paths:
+        hyps = read_all_lines(path)
+        _aligned(path, hyps, ref_lines)
+        lines += hyps
+    return lines
+
+
+def _bleu(
+    hyp_paths: Sequence[str],
+    references: list[list[str]],
+    ref_lines: dict[str, list[str]],
+    baseline_paths: Sequence[str],
+    tokenized: bool,
+    lowercase: bool,
+) -> dict[str, Any]:
+    """BLEU of the joined hypothesis files, with a paired test against the joined baselines."""
+    hyps = _joined(hyp_paths, ref_lines)
+    refs = references * len(hyp_paths)
+    if tokenized:
+        hyps = [tokenize_13a_lower(h) for h in hyps]
+        refs = [[tokenize_13a_lower(r) for r in group] for group in refs]
+        result = tokenized_bleu(hyps, refs)
+        label = "tokenized lower-cased BLEU"
+    else:
+        result = corpus_bleu(hyps, refs, lowercase=lowercase)
+        label = "BLEU"
+    joined = f" of {len(hyp_paths)} files joined" if len(hyp_paths) > 1 else ""
+    out: dict[str, Any] = {
+        "metric": "bleu",
+        "score": result.score,
+        "signature": result.signature,
+        "text": f"{label}{joined} = {result.score:.2f} ({result.signature})",
+    }
+    if baseline_paths:
+        base = _joined(baseline_paths, ref_lines)
+        if tokenized:
+            base = [tokenize_13a_lower(b) for b in base]
+        test = paired_bleu_test(
+            base, hyps, refs, tokenize="none" if tokenized else "13a", lowercase=lowercase
+        )
+        out |= {"baseline_score": test.baseline, "delta": test.delta, "p_value": test.p_value}
+        out["text"] += (
+            f"\nbaseline = {test.baseline:.2f}; difference {test.delta:+.2f}, p = "
+            f"{test.p_value:.2g} (paired approximate randomization, {test.trials} trials)"
+        )
+    return out
 
 
 __all__ = ["METRICS", "evaluate_files", "read_all_lines", "read_lines"]

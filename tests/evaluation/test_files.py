@@ -1,0 +1,86 @@
+from pathlib import Path
+
+import pytest
+
+from odet.data.text import DataError
+from odet.evaluation import paired_bleu_test, tokenize_13a_lower, tokenized_bleu
+from odet.evaluation.files import evaluate_files
+
+REFS = [f"A dog runs across field {i}." for i in range(40)]
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Reference file and two "seeds" of a baseline and of a system (system is better)."""
+    ref = _write(tmp_path / "ref", REFS)
+    paths = {"ref": ref}
+    for name, every in (("base1", 2), ("base2", 3), ("sys1", 5), ("sys2", 7)):
+        lines = [r.replace("runs", "walks") if i % every == 0 else r for i, r in enumerate(REFS)]
+        paths[name] = _write(tmp_path / name, lines)
+    return paths
+
+
+def test_several_hypothesis_files_are_scored_as_one_corpus(files):
+    joined = evaluate_files("bleu", [files["sys1"], files["sys2"]], [files["ref"]], tokenized=True)
+    lines = [
+        tokenize_13a_lower(line)
+        for name in ("sys1", "sys2")
+        for line in Path(files[name]).read_text().splitlines()
+    ]
+    refs = [tokenize_13a_lower(r) for r in REFS] * 2
+    assert joined["score"] == pytest.approx(tokenized_bleu(lines, refs).score)
+    assert "2 files joined" in joined["text"]
+
+
+def test_baseline_adds_the_paired_test_of_the_difference(files):
+    result = evaluate_files(
+        "bleu", [files["sys1"]], [files["ref"]], baseline=[files["base1"]], tokenized=True
+    )
+    base = [tokenize_13a_lower(line) for line in Path(files["base1"]).read_text().splitlines()]
+    system = [tokenize_13a_lower(line) for line in Path(files["sys1"]).read_text().splitlines()]
+    direct = paired_bleu_test(base, system, [tokenize_13a_lower(r) for r in REFS], tokenize="none")
+    assert result["delta"] == pytest.approx(direct.delta) and result["delta"] > 0
+    assert result["p_value"] == pytest.approx(direct.p_value)
+    assert result["score"] - result["baseline_score"] == pytest.approx(result["delta"])
+    assert f"difference {direct.delta:+.2f}" in result["text"]
+
+
+def test_baseline_pairs_each_hypothesis_file_with_its_own(files):
+    pooled = evaluate_files(
+        "bleu",
+        [files["sys1"], files["sys2"]],
+        [files["ref"]],
+        baseline=[files["base1"], files["base2"]],
+    )
+    swapped = evaluate_files(
+        "bleu",
+        [files["sys1"], files["sys2"]],
+        [files["ref"]],
+        baseline=[files["base2"], files["base1"]],
+    )
+    assert pooled["delta"] == pytest.approx(swapped["delta"])  # same corpora, other pairing
+    assert pooled["p_value"] != swapped["p_value"]
+    same = evaluate_files("bleu", [files["sys1"]], [files["ref"]], baseline=[files["sys1"]])
+    assert same["delta"] == 0 and same["p_value"] == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"metric": "bleu", "hyp": ["sys1", "sys2"], "baseline": ["base1"]}, "one file per --hyp"),
+        ({"metric": "rouge", "hyp": ["sys1"], "baseline": ["base1"]}, "--metric bleu only"),
+        ({"metric": "chrf", "hyp": ["sys1", "sys2"]}, "--metric bleu only"),
+        ({"metric": "bleu", "hyp": ["sys1", "short"]}, "short has 2 lines"),
+    ],
+)
+def test_bad_combinations_name_the_problem(files, tmp_path, kwargs, message):
+    files["short"] = _write(tmp_path / "short", REFS[:2])
+    hyp = [files[name] for name in kwargs["hyp"]]
+    baseline = [files[name] for name in kwargs.get("baseline", [])] or None
+    with pytest.raises(DataError, match=message):
+        evaluate_files(kwargs["metric"], hyp, [files["ref"]], baseline=baseline)
