@@ -164,7 +164,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 def cmd_parity(args: argparse.Namespace) -> int:
     from odet.experiments.parity import run_parity
 
-    results = run_parity(args.config, args.out, progress=not args.no_progress)
+    results = run_parity(
+        args.config,
+        args.out,
+        progress=not args.no_progress,
+        seeds=args.seeds,
+        variants=args.variants,
+    )
     print((results.out_dir / "results.md").read_text(encoding="utf-8"))
     return 0
 
@@ -385,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("parity", help="the N-ODE Transformer's parity experiment")
     p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")
     p.add_argument("--out", required=True, help="directory for the tables and plots")
+    p.add_argument("--seeds", type=int, nargs="+", help="train only these of the config's seeds")
+    p.add_argument("--variants", nargs="+", help="train only these variants (default: all)")
     p.add_argument("--no-progress", action="store_true")
     return parser
 

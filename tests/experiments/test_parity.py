@@ -96,3 +96,55 @@ def test_main_runs_a_yaml_config(tmp_path, capsys):
 def test_bad_experiment_configs_are_rejected(change, message):
     with pytest.raises(ConfigError, match=message):
         ParityExperimentConfig.from_dict({**TINY, **change})
+
+
+def test_seeds_give_per_seed_runs_and_a_mean_std_summary(tmp_path):
+    config = ParityExperimentConfig.from_dict({**TINY, "seeds": [0, 1, 2]})
+    results = run_parity(config, tmp_path, progress=False)
+    assert [(r.name, r.seed) for r in results.variants] == [
+        (name, seed) for name in ("euler-2", "node") for seed in (0, 1, 2)
+    ]
+    node_runs = [r for r in results.variants if r.name == "node"]
+    assert len({r.final_loss for r in node_runs}) == 3  # the seeds differ
+    summary = {s.name: s for s in results.summaries()}["node"]
+    values = [r.accuracy_trained for r in node_runs]
+    mean = sum(values) / 3
+    std = (sum((v - mean) ** 2 for v in values) / 2) ** 0.5
+    assert summary.accuracy_trained.mean == pytest.approx(mean)
+    assert summary.accuracy_trained.std == pytest.approx(std)
+    assert summary.seeds == (0, 1, 2) and summary.accuracy_trained.n == 3
+    with (tmp_path / "runs.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == 6
+    with (tmp_path / "results.csv").open() as fh:
+        rows = {r["name"]: r for r in csv.DictReader(fh)}
+    assert float(rows["node"]["accuracy_trained_mean"]) == pytest.approx(mean)
+    assert "±" in (tmp_path / "results.md").read_text()
+
+
+def test_a_rerun_reuses_finished_runs_and_retrains_changed_ones(tmp_path):
+    config = ParityExperimentConfig.from_dict({**TINY, "seeds": [0, 1]})
+    first = run_parity(config, tmp_path, progress=False, seeds=[0])
+    assert [(r.name, r.seed) for r in first.variants] == [("euler-2", 0), ("node", 0)]
+    assert "Not run yet: euler-2 seed 1, node seed 1" in (tmp_path / "results.md").read_text()
+    second = run_parity(config, tmp_path, progress=False)
+    assert second.variants[0] == first.variants[0]  # reused, train time included
+    assert [(r.name, r.seed) for r in second.variants] == [
+        ("euler-2", 0), ("euler-2", 1), ("node", 0), ("node", 1)
+    ]  # fmt: skip
+    changed = ParityExperimentConfig.from_dict(
+        {**TINY, "seeds": [0, 1], "training": {"steps": 4, "batch_size": 16}}
+    )
+    third = run_parity(changed, tmp_path, progress=False, variants=["euler-2"], seeds=[0])
+    assert [(r.name, r.seed) for r in third.variants] == [("euler-2", 0)]
+    assert third.variants[0].final_loss != first.variants[0].final_loss
+
+
+def test_unknown_seeds_and_variants_are_rejected_before_training(tmp_path):
+    config = ParityExperimentConfig.from_dict(TINY)
+    with pytest.raises(ConfigError, match=r"seed 5 is not among the config's seeds \[0\]"):
+        run_parity(config, tmp_path, progress=False, seeds=[5])
+    with pytest.raises(ConfigError, match=r"unknown variant 'eular-2' \(did you mean 'euler-2'"):
+        run_parity(config, tmp_path, progress=False, variants=["eular-2"])
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(ConfigError, match="seeds must be distinct"):
+        ParityExperimentConfig.from_dict({**TINY, "seeds": [1, 1]})

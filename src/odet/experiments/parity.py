@@ -3,17 +3,21 @@
 Baier-Reinio & De Sterck (2020) asked whether an input-dependent depth (the NFE of an adaptive
 solve) lets a Transformer compute the parity of binary sequences, and generalise to longer
 sequences than it was trained on. :func:`run_parity` trains every variant of a config on the
-same data with the same seed — discrete stacks (Euler, RK4, weight-tied or not) and continuous
-N-ODE stacks at several arclength weights ``λ`` — and writes to ``out_dir``:
+same data, once per seed (a seed sets the initialisation and the batch order; the data set is
+``task.seed``'s) — discrete stacks (Euler, RK4, weight-tied or not) and continuous N-ODE stacks
+at several arclength weights ``λ`` — and writes to ``out_dir``:
 
-- ``results.md`` / ``results.csv``: accuracy on test sequences of the trained lengths and of
-  longer ones, mean NFE, mean arclength, parameters and training time per variant;
-- ``per_length.csv``: accuracy, NFE and arclength for every test length;
-- ``accuracy_nfe_vs_length.png`` (accuracy and NFE per test length) and
-  ``arclength_nfe_vs_lambda.png`` (the continuous variants' arclength and NFE against λ);
-- ``config.yaml``: the resolved configuration.
+- ``results.md`` / ``results.csv``: per variant, mean ± std over seeds of the accuracy on test
+  sequences of the trained lengths and of longer ones, NFE, arclength, failed solves and
+  training time; below it one row per (variant, seed) (``runs.csv``);
+- ``per_length.csv``: accuracy, NFE and arclength for every variant, seed and test length;
+- ``accuracy_nfe_vs_length.png`` (accuracy and NFE per test length, mean with a ±1 std band over
+  seeds) and ``arclength_nfe_vs_lambda.png`` (the adaptive variants' arclength and NFE against λ);
+- ``config.yaml``: the resolved configuration; ``runs/<variant>/seed<k>.json``: each finished
+  run, so that a rerun of the same command trains only what is missing (a run whose settings
+  changed is trained again).
 
-Run it as ``python -m odet.experiments.parity CONFIG --out DIR``.
+Run it as ``python -m odet.experiments.parity CONFIG --out DIR [--seeds 0 1 ...]``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import hashlib
+import json
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +39,15 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
+from odet.config import (
+    ConfigError,
+    check,
+    check_types,
+    from_dict,
+    load_yaml,
+    suggest,
+    to_dict,
+)
 from odet.data.parity import (
     PAD_ID,
     VOCAB_SIZE,
@@ -96,18 +111,24 @@ class VariantConfig:
 @dataclass(frozen=True)
 class ParityExperimentConfig:
     """The task, the training recipe, a base model (``ClassifierConfig`` keys without
-    ``vocab_size``/``pad_id``, which the task fixes) and the variants; ``seed`` seeds every
-    variant's initialisation and batch order alike."""
+    ``vocab_size``/``pad_id``, which the task fixes) and the variants. Every variant is trained
+    once per seed of ``seeds`` (or once with ``seed`` when ``seeds`` is empty); a seed sets the
+    initialisation and the batch order, alike for every variant."""
 
     task: ParityTaskConfig
     training: TrainingConfig
     variants: tuple[VariantConfig, ...]
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
+    seeds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         check_types(self)
         check(len(self.variants) >= 1, "ParityExperimentConfig needs at least one variant")
+        check(
+            len(set(self.seeds)) == len(self.seeds),
+            f"seeds must be distinct, got {list(self.seeds)}",
+        )
         names = [v.name for v in self.variants]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         check(not duplicates, f"variant names must be unique; repeated: {duplicates}")
@@ -120,6 +141,11 @@ class ParityExperimentConfig:
                 f"variant {variant.name!r}: arclength_weight > 0 needs "
                 f"encoder_method='continuous' (with arclength: true)",
             )
+
+    @property
+    def run_seeds(self) -> tuple[int, ...]:
+        """The seeds every variant is trained with."""
+        return self.seeds or (self.seed,)
 
     def classifier_config(self, variant: VariantConfig) -> ClassifierConfig:
         """The variant's model: base keys, then the variant's; continuous encoders compute the
@@ -175,6 +201,7 @@ class VariantResult:
     encoder: str
     arclength_weight: float
     parameters: int
+    seed: int
     train_seconds: float
     final_loss: float
     val_accuracy: float
@@ -189,13 +216,89 @@ class VariantResult:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """Mean and sample standard deviation over seeds (std 0 for one seed; NaN when absent)."""
+
+    mean: float
+    std: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Spread:
+        present = [v for v in values if v is not None and not math.isnan(v)]
+        if not present:
+            return cls(math.nan, math.nan, 0)
+        std = statistics.stdev(present) if len(present) > 1 else 0.0
+        return cls(statistics.fmean(present), std, len(present))
+
+    def format(self, fmt: str) -> str:
+        if self.n == 0:
+            return "–"
+        return fmt.format(self.mean) + (f" ± {fmt.format(self.std)}" if self.n > 1 else "")
+
+
+@dataclass(frozen=True)
+class VariantSummary:
+    """One variant over its seeds."""
+
+    name: str
+    encoder: str
+    arclength_weight: float
+    parameters: int
+    seeds: tuple[int, ...]
+    val_accuracy: Spread
+    accuracy_trained: Spread
+    accuracy_longer: Spread
+    nfe_trained: Spread
+    nfe_longer: Spread
+    arclength_trained: Spread
+    arclength_longer: Spread
+    failed: Spread
+    runs_with_failures: int
+    train_seconds: Spread
+
+
+@dataclass(frozen=True)
 class ParityResults:
-    """All variants' results; ``config_path`` is the YAML file the run read, if any."""
+    """Every (variant, seed) run, variant by variant in config order and seeds in order within
+    a variant; ``config_path`` is the YAML file the run read, if any."""
 
     config: ParityExperimentConfig
     variants: tuple[VariantResult, ...]
     out_dir: Path
     config_path: Path | None = None
+
+    def summaries(self) -> tuple[VariantSummary, ...]:
+        """Per variant, each metric's mean ± std over the seeds that ran."""
+        out = []
+        for variant in self.config.variants:
+            runs = [r for r in self.variants if r.name == variant.name]
+            if not runs:
+                continue
+
+            def spread(attr: str, runs: list[VariantResult] = runs) -> Spread:
+                return Spread.of([getattr(r, attr) for r in runs])
+
+            out.append(
+                VariantSummary(
+                    name=variant.name,
+                    encoder=runs[0].encoder,
+                    arclength_weight=variant.arclength_weight,
+                    parameters=runs[0].parameters,
+                    seeds=tuple(r.seed for r in runs),
+                    val_accuracy=spread("val_accuracy"),
+                    accuracy_trained=spread("accuracy_trained"),
+                    accuracy_longer=spread("accuracy_longer"),
+                    nfe_trained=spread("nfe_trained"),
+                    nfe_longer=spread("nfe_longer"),
+                    arclength_trained=spread("arclength_trained"),
+                    arclength_longer=spread("arclength_longer"),
+                    failed=Spread.of([float(r.failed) for r in runs]),
+                    runs_with_failures=sum(r.failed > 0 for r in runs),
+                    train_seconds=spread("train_seconds"),
+                )
+            )
+        return tuple(out)
 
 
 # ---------------------------------------------------------------------------------- training
@@ -206,40 +309,107 @@ def run_parity(
     out_dir: str | Path,
     *,
     progress: bool = True,
+    seeds: Sequence[int] | None = None,
+    variants: Sequence[str] | None = None,
 ) -> ParityResults:
-    """Train and evaluate every variant of ``config`` (a YAML path or a config), write the
-    report to ``out_dir`` (created), and return the results."""
+    """Train and evaluate every variant of ``config`` (a YAML path or a config) with every seed,
+    write the report to ``out_dir`` (created), and return the results.
+
+    Finished runs are kept under ``out_dir/runs/`` and reused when their settings are unchanged,
+    so rerunning an interrupted command trains only the missing runs. ``seeds``/``variants``
+    restrict what is trained now (e.g. to share the work between machines); the report covers
+    every run of the config found in ``out_dir``.
+    """
     config_path = None
     if not isinstance(config, ParityExperimentConfig):
         config_path = Path(config)
         config = ParityExperimentConfig.from_dict(load_yaml(config_path))
+    names = [v.name for v in config.variants]
+    for name in variants or ():
+        check(name in names, f"unknown variant {name!r}{suggest(name, names)}; choose from {names}")
+    for seed in seeds or ():
+        check(seed in config.run_seeds, f"seed {seed} is not among the config's seeds "
+              f"{list(config.run_seeds)}")  # fmt: skip
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     splits = make_parity_splits(config.task)
-    results = tuple(
-        _run_variant(config, variant, splits, progress=progress) for variant in config.variants
-    )
-    report = ParityResults(config, results, out, config_path)
+    results = []
+    for variant in config.variants:
+        for seed in config.run_seeds:
+            key = run_key(config, variant, seed)
+            saved = _load_run(out, variant.name, seed, key)
+            wanted = (variants is None or variant.name in variants) and (
+                seeds is None or seed in seeds
+            )
+            if saved is None and wanted:
+                saved = _run_variant(config, variant, seed, splits, progress=progress)
+                _save_run(out, saved, key)
+            if saved is not None:
+                results.append(saved)
+    report = ParityResults(config, tuple(results), out, config_path)
     write_report(report)
     return report
+
+
+def run_key(config: ParityExperimentConfig, variant: VariantConfig, seed: int) -> str:
+    """A digest of everything a run's numbers depend on: task, training, model, λ and seed."""
+    settings = {
+        "task": to_dict(config.task),
+        "training": to_dict(config.training),
+        "model": config.classifier_config(variant).to_dict(),
+        "arclength_weight": variant.arclength_weight,
+        "seed": seed,
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _run_path(out: Path, name: str, seed: int) -> Path:
+    return out / "runs" / name / f"seed{seed}.json"
+
+
+def _save_run(out: Path, result: VariantResult, key: str) -> None:
+    path = _run_path(out, result.name, result.seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": key, "result": dataclasses.asdict(result)}, indent=1))
+    tmp.replace(path)
+
+
+def _load_run(out: Path, name: str, seed: int, key: str) -> VariantResult | None:
+    """The saved run when its settings digest matches ``key``; None when absent or stale."""
+    path = _run_path(out, name, seed)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data["key"] != key:
+            return None
+        fields = dict(data["result"])
+        fields["per_length"] = tuple(LengthResult(**p) for p in fields["per_length"])
+        return VariantResult(**fields)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _run_variant(
     config: ParityExperimentConfig,
     variant: VariantConfig,
+    seed: int,
     splits: ParitySplits,
     *,
     progress: bool,
 ) -> VariantResult:
     model_config = config.classifier_config(variant)
     train = config.training
-    torch.manual_seed(config.seed)
+    torch.manual_seed(seed)
     model = SequenceClassifier(model_config)
     optimizer = torch.optim.Adam(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
-    order = torch.Generator().manual_seed(config.seed)
+    order = torch.Generator().manual_seed(seed)
     batches = _endless(splits.train, train.batch_size, order)
     bar = tqdm(
-        range(train.steps), desc=variant.name, disable=not progress, leave=False, mininterval=1.0
+        range(train.steps),
+        desc=f"{variant.name} seed {seed}",
+        disable=not progress,
+        leave=False,
+        mininterval=1.0,
     )
     loss_value = math.nan
     start = time.perf_counter()
@@ -260,12 +430,12 @@ def _run_variant(
         bar.set_postfix(postfix, refresh=False)
     train_seconds = time.perf_counter() - start
     result = _evaluate(
-        model, model_config, variant, splits, config, train_seconds=train_seconds,
+        model, model_config, variant, splits, config, seed=seed, train_seconds=train_seconds,
         final_loss=loss_value,
     )  # fmt: skip
     if progress:
         tqdm.write(
-            f"{variant.name}: val acc {result.val_accuracy:.3f}, "
+            f"{variant.name} seed {seed}: val acc {result.val_accuracy:.3f}, "
             f"longer {result.accuracy_longer:.3f}, NFE {result.nfe_trained:.1f}, "
             f"{train_seconds:.0f} s"
         )
@@ -285,6 +455,7 @@ def _evaluate(
     splits: ParitySplits,
     config: ParityExperimentConfig,
     *,
+    seed: int,
     train_seconds: float,
     final_loss: float,
 ) -> VariantResult:
@@ -325,6 +496,7 @@ def _evaluate(
         encoder=_describe_encoder(model_config),
         arclength_weight=variant.arclength_weight,
         parameters=model.num_parameters(),
+        seed=seed,
         train_seconds=train_seconds,
         final_loss=final_loss,
         val_accuracy=val_correct / len(splits.val),
@@ -364,6 +536,7 @@ def _describe_encoder(c: ClassifierConfig) -> str:
 
 _COLUMNS = (
     ("variant", "name", "{}"),
+    ("seed", "seed", "{}"),
     ("encoder", "encoder", "{}"),
     ("λ", "arclength_weight", "{:g}"),
     ("params", "parameters", "{:,}"),
@@ -377,6 +550,20 @@ _COLUMNS = (
     ("failed solves", "failed", "{}"),
     ("train s", "train_seconds", "{:.1f}"),
 )
+"""The per-run table: (title, ``VariantResult`` attribute, format)."""
+
+_SUMMARY_COLUMNS = (
+    ("val acc", "val_accuracy", "{:.3f}"),
+    ("acc (trained lengths)", "accuracy_trained", "{:.3f}"),
+    ("acc (longer)", "accuracy_longer", "{:.3f}"),
+    ("NFE (trained)", "nfe_trained", "{:.1f}"),
+    ("NFE (longer)", "nfe_longer", "{:.1f}"),
+    ("arclength (trained)", "arclength_trained", "{:.2f}"),
+    ("arclength (longer)", "arclength_longer", "{:.2f}"),
+    ("failed solves / run", "failed", "{:.1f}"),
+    ("train s", "train_seconds", "{:.1f}"),
+)
+"""The summary table's metric columns: (title, ``VariantSummary`` attribute, format)."""
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -385,28 +572,60 @@ def _cell(value: Any, fmt: str) -> str:
     return fmt.format(value)
 
 
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
 def write_report(results: ParityResults) -> None:
     """Write the tables, plots and resolved config of ``results`` to ``results.out_dir``."""
     out, config = results.out_dir, results.config
+    summaries = results.summaries()
     with (out / "config.yaml").open("w", encoding="utf-8") as fh:
         yaml.safe_dump(config.to_dict(), fh, sort_keys=False, allow_unicode=True)
     with (out / "results.csv").open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        metrics = [attr for _, attr, _ in _SUMMARY_COLUMNS]
+        writer.writerow(
+            ["name", "encoder", "arclength_weight", "parameters", "seeds", "runs_with_failures"]
+            + [f"{m}_{part}" for m in metrics for part in ("mean", "std")]
+        )
+        for v in summaries:
+            writer.writerow(
+                [v.name, v.encoder, v.arclength_weight, v.parameters, len(v.seeds)]
+                + [v.runs_with_failures]
+                + [x for m in metrics for x in (getattr(v, m).mean, getattr(v, m).std)]
+            )
+    with (out / "runs.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow([attr for _, attr, _ in _COLUMNS])
         for r in results.variants:
             writer.writerow([getattr(r, attr) for _, attr, _ in _COLUMNS])
     with (out / "per_length.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["variant", "length", "accuracy", "nfe", "arclength"])
+        writer.writerow(["variant", "seed", "length", "accuracy", "nfe", "arclength"])
         for r in results.variants:
             for p in r.per_length:
-                writer.writerow([r.name, p.length, p.accuracy, p.nfe, p.arclength])
+                writer.writerow([r.name, r.seed, p.length, p.accuracy, p.nfe, p.arclength])
     task = config.task
-    header = "| " + " | ".join(title for title, _, _ in _COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in _COLUMNS) + "|"
-    rows = [
-        "| " + " | ".join(_cell(getattr(r, attr), fmt) for _, attr, fmt in _COLUMNS) + " |"
-        for r in results.variants
+    seeds = list(config.run_seeds)
+    missing = [
+        f"{v.name} seed {s}"
+        for v in config.variants
+        for s in seeds
+        if not any(r.name == v.name and r.seed == s for r in results.variants)
+    ]
+    summary_rows = [
+        [v.name, v.encoder, f"{v.arclength_weight:g}", f"{v.parameters:,}", str(len(v.seeds))]
+        + [getattr(v, attr).format(fmt) for _, attr, fmt in _SUMMARY_COLUMNS]
+        + [f"{v.runs_with_failures}/{len(v.seeds)}"]
+        for v in summaries
+    ]
+    run_rows = [
+        [_cell(getattr(r, attr), fmt) for _, attr, fmt in _COLUMNS] for r in results.variants
     ]
     lines = [
         "# Parity: discrete vs continuous-depth Transformers",
@@ -414,24 +633,41 @@ def write_report(results: ParityResults) -> None:
         f"Trained on lengths {task.min_length}–{task.max_length} ({task.train_size} sequences, "
         f"{config.training.steps} steps of {config.training.batch_size}); tested on "
         f"{task.test_per_length} sequences of every length {task.min_length}–"
-        f"{task.test_max_length} ('longer' = lengths > {task.max_length}). Seed {config.seed}.",
-        "NFE is the mean number of layer evaluations per sequence (fixed for discrete stacks).",
+        f"{task.test_max_length} ('longer' = lengths > {task.max_length}). Seeds {seeds} (each "
+        f"sets the initialisation and batch order; the data set is task seed {task.seed}).",
+        "NFE is the mean number of layer evaluations per sequence (fixed for discrete stacks). "
+        "Cells are mean ± sample std over seeds.",
         *(
             [f"Reproduce: `python -m odet.experiments.parity {results.config_path} --out {out}`"]
             if results.config_path is not None
             else []
         ),
+        *([f"Not run yet: {', '.join(missing)}."] if missing else []),
         "",
-        header,
-        rule,
-        *rows,
+        *_table(
+            ["variant", "encoder", "λ", "params", "seeds"]
+            + [title for title, _, _ in _SUMMARY_COLUMNS]
+            + ["runs with failed solves"],
+            summary_rows,
+        ),
+        "",
+        "## Every run",
+        "",
+        *_table([title for title, _, _ in _COLUMNS], run_rows),
         "",
     ]
     (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
-    _plot(results)
+    _plot(results, summaries)
 
 
-def _plot(results: ParityResults) -> None:
+def _per_length_spread(runs: Sequence[VariantResult], attr: str) -> tuple[list[int], Spread]:
+    lengths = [p.length for p in runs[0].per_length]
+    return lengths, [
+        Spread.of([getattr(r.per_length[i], attr) for r in runs]) for i in range(len(lengths))
+    ]
+
+
+def _plot(results: ParityResults, summaries: Sequence[VariantSummary]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -439,10 +675,21 @@ def _plot(results: ParityResults) -> None:
 
     out, max_length = results.out_dir, results.config.task.max_length
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), dpi=80)
-    for r in results.variants:
-        lengths = [p.length for p in r.per_length]
-        axes[0].plot(lengths, [p.accuracy for p in r.per_length], marker=".", label=r.name)
-        axes[1].plot(lengths, [p.nfe for p in r.per_length], marker=".", label=r.name)
+    for v in summaries:
+        runs = [r for r in results.variants if r.name == v.name]
+        for ax, attr in zip(axes, ("accuracy", "nfe")):
+            lengths, spreads = _per_length_spread(runs, attr)
+            mean = [s.mean for s in spreads]
+            (line,) = ax.plot(lengths, mean, marker=".", label=v.name)
+            if len(runs) > 1:
+                ax.fill_between(
+                    lengths,
+                    [s.mean - s.std for s in spreads],
+                    [s.mean + s.std for s in spreads],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
     for ax, ylabel in zip(axes, ("test accuracy", "mean NFE (layer evaluations)")):
         ax.axvline(max_length + 0.5, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel("sequence length (dashed: longest trained)")
@@ -459,19 +706,25 @@ def _plot(results: ParityResults) -> None:
         for v in config.variants
         if (c := config.classifier_config(v)).continuous and c.fixed_steps is None and c.arclength
     }
-    swept = sorted(
-        (r for r in results.variants if r.name in adaptive), key=lambda r: r.arclength_weight
-    )
+    swept = sorted((v for v in summaries if v.name in adaptive), key=lambda v: v.arclength_weight)
     if not swept:
         return
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), dpi=80)
-    lams = [r.arclength_weight for r in swept]
+    lams = [v.arclength_weight for v in swept]
     series = [("trained lengths", "o-", "trained")]
-    if not math.isnan(swept[0].nfe_longer):
+    if not math.isnan(swept[0].nfe_longer.mean):
         series.append(("longer", "s--", "longer"))
     for label, style, which in series:
-        axes[0].plot(lams, [getattr(r, f"arclength_{which}") for r in swept], style, label=label)
-        axes[1].plot(lams, [getattr(r, f"nfe_{which}") for r in swept], style, label=label)
+        for ax, metric in zip(axes, ("arclength", "nfe")):
+            spreads = [getattr(v, f"{metric}_{which}") for v in swept]
+            ax.errorbar(
+                lams,
+                [s.mean for s in spreads],
+                yerr=[s.std if s.n > 1 else 0.0 for s in spreads],
+                fmt=style,
+                capsize=3,
+                label=label,
+            )
     axes[0].set_yscale("log")
     for ax, ylabel in zip(axes, ("mean arclength ∫‖F‖dt", "mean NFE")):
         ax.set_xscale("symlog", linthresh=min([lam for lam in lams if lam > 0], default=1.0))
@@ -487,13 +740,19 @@ def _plot(results: ParityResults) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m odet.experiments.parity CONFIG --out DIR [--quiet]``."""
+    """``python -m odet.experiments.parity CONFIG --out DIR [--seeds S ...] [--quiet]``."""
     parser = argparse.ArgumentParser(prog="odet parity", description=__doc__.splitlines()[0])
     parser.add_argument("config", help="YAML experiment config, e.g. configs/parity/quick.yaml")
     parser.add_argument("--out", required=True, help="directory for the tables and plots")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="train only these of the config's seeds"
+    )
+    parser.add_argument("--variants", nargs="+", help="train only these variants")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    results = run_parity(args.config, args.out, progress=not args.quiet)
+    results = run_parity(
+        args.config, args.out, progress=not args.quiet, seeds=args.seeds, variants=args.variants
+    )
     print((results.out_dir / "results.md").read_text(encoding="utf-8"))
     return 0
 
