@@ -6,6 +6,7 @@ import io
 import json
 import shutil
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ PINNED_COMMITS = {
         "848cc8c05e0a04def79326539de827f1b28786a0",
         "9a79c6b7a768020c97b44e955312dd68172c34f4",
     ],
+    "tinyshakespeare": ["6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e"],
 }
 
 
@@ -67,8 +69,8 @@ def remote_from_shared(name: str, shared_data: Path) -> dict[str, bytes]:
     return served
 
 
-def test_registry_lists_the_three_datasets_at_pinned_commits() -> None:
-    assert sorted(DATASETS) == ["dialogsum", "jfleg", "multi30k"]
+def test_registry_lists_the_four_datasets_at_pinned_commits() -> None:
+    assert sorted(DATASETS) == ["dialogsum", "jfleg", "multi30k", "tinyshakespeare"]
     for name, spec in DATASETS.items():
         assert spec.name == name and spec.licence and spec.citation
         for file in spec.files:
@@ -79,7 +81,12 @@ def test_registry_lists_the_three_datasets_at_pinned_commits() -> None:
 
 @pytest.mark.parametrize(
     ("name", "prepare"),
-    [("multi30k", prepare_multi30k), ("jfleg", prepare_jfleg), ("dialogsum", prepare_dialogsum)],
+    [
+        ("multi30k", prepare_multi30k),
+        ("jfleg", prepare_jfleg),
+        ("dialogsum", prepare_dialogsum),
+        ("tinyshakespeare", partial(prepare_dataset, "tinyshakespeare")),
+    ],
 )
 def test_prepare_from_data_dir_copies_verified_files(
     shared_data: Path, tmp_path: Path, name: str, prepare: object

@@ -107,6 +107,7 @@ _MULTI30K = ("multi30k/dataset", "a3d2e0d26b56f3846f66a952536ffed4e401d05a")
 _JFLEG = ("keisks/jfleg", "ee06ff806a208aba815ac45313f4e750a48330a5")
 _DIALOGSUM_HEAD = ("cylnlp/dialogsum", "848cc8c05e0a04def79326539de827f1b28786a0")
 _DIALOGSUM_RELEASE = ("cylnlp/dialogsum", "9a79c6b7a768020c97b44e955312dd68172c34f4")
+_CHAR_RNN = ("karpathy/char-rnn", "6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e")
 
 _MULTI30K_RAW = {
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
@@ -141,6 +142,23 @@ _JFLEG_DEV = {
 }
 
 DATASETS: dict[str, DatasetSpec] = {
+    "tinyshakespeare": DatasetSpec(
+        name="tinyshakespeare",
+        description=(
+            "Tiny Shakespeare (1,115,394 characters of Shakespeare's plays, 65 distinct): "
+            "character-level language modelling; the usual split is the first 90 % of the "
+            "characters for training and the last 10 % for validation (nanoGPT)."
+        ),
+        licence="The text is public domain; the char-rnn repository is MIT-licensed.",
+        citation="Karpathy 2015, char-rnn (data/tinyshakespeare/input.txt)",
+        files=(
+            DataFile(
+                "input.txt",
+                _github(*_CHAR_RNN, "data/tinyshakespeare/input.txt"),
+                "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+            ),
+        ),
+    ),
     "multi30k": DatasetSpec(
         name="multi30k",
         description=(

@@ -1,0 +1,85 @@
+"""Language-model data: vocabulary, split, resumable windows, the exact evaluation pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from odet.data.lm import (
+    CharVocabulary,
+    WindowSampler,
+    evaluation_batches,
+    read_text,
+    split_text,
+)
+from odet.data.text import DataError
+
+SHAKESPEARE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tinyshakespeare"
+
+
+def test_tiny_shakespeare_gives_nanogpts_vocabulary_and_split():
+    path = SHAKESPEARE / "input.txt"
+    if not path.is_file():
+        pytest.skip("shared data not present")
+    text = read_text(path)
+    vocab = CharVocabulary.from_text(text)
+    train, valid = split_text(text)
+    assert vocab.size == 65 and len(text) == 1_115_394
+    assert (len(train), len(valid)) == (1_003_854, 111_540)  # nanoGPT's prepare.py split
+    assert vocab.decode(vocab.encode(valid[:200])) == valid[:200]
+
+
+def test_encoding_unknown_characters_names_them():
+    vocab = CharVocabulary.from_text("abc ")
+    with pytest.raises(DataError, match=r"2 character\(s\) outside the model's 4-character "
+                       r"vocabulary: 'Z', 'é'"):  # fmt: skip
+        vocab.encode("a Zé")
+
+
+def test_vocabulary_round_trips_through_a_file(tmp_path):
+    vocab = CharVocabulary.from_text("hello, world\n")
+    vocab.save(tmp_path / "vocab.json")
+    assert CharVocabulary.load(tmp_path / "vocab.json") == vocab
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"", "the text is empty"), (b" \n\t", "the text is empty"), (b"ab\xffcd", "not valid UTF-8")],
+)
+def test_unusable_text_files_are_data_errors(tmp_path, content, message):
+    path = tmp_path / "input.txt"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        read_text(path)
+    with pytest.raises(DataError, match="not a file"):
+        read_text(tmp_path)
+
+
+def test_batch_k_depends_only_on_seed_and_k():
+    stream = torch.arange(1000) % 97
+    a = WindowSampler(stream, block_size=8, batch_size=4, seed=3)
+    b = WindowSampler(stream, block_size=8, batch_size=4, seed=3)
+    assert torch.equal(a.batch(5).x, b.batch(5).x)  # a resumed run draws the same batch 5
+    assert not torch.equal(a.batch(5).x, a.batch(6).x)
+    batch = a.batch(0)
+    assert torch.equal(batch.y[:, :-1], batch.x[:, 1:])  # targets are the next tokens
+    starts = batch.x[:, 0]
+    assert torch.equal(batch.x, (starts.unsqueeze(1) + torch.arange(8)) % 97)
+
+
+def test_a_stream_shorter_than_a_window_is_rejected():
+    with pytest.raises(DataError, match="fewer than block_size \\+ 1 = 65"):
+        WindowSampler(torch.arange(64), block_size=64, batch_size=2, seed=0)
+
+
+@pytest.mark.parametrize("length", [2, 17, 33, 100])
+def test_the_evaluation_pass_predicts_every_token_once(length):
+    stream = torch.arange(length)
+    targets, inputs = [], []
+    for batch in evaluation_batches(stream, block_size=8, batch_size=3):
+        targets += batch.y.flatten().tolist()
+        inputs += batch.x.flatten().tolist()
+        assert torch.equal(batch.y, batch.x + 1)
+    assert sorted(targets) == list(range(1, length))
