@@ -147,13 +147,36 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects a key given twice in one mapping (YAML's default keeps
+    the last value silently); keys merged in with ``<<: *anchor`` may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                first = seen[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first given at line {first})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; a missing file or malformed YAML is a ``ConfigError``."""
+    """Read a YAML mapping; a missing file, malformed YAML or a key given twice in one mapping
+    is a ``ConfigError``."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
     except yaml.YAMLError as err:

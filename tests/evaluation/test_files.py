@@ -84,3 +84,14 @@ def test_bad_combinations_name_the_problem(files, tmp_path, kwargs, message):
     baseline = [files[name] for name in kwargs.get("baseline", [])] or None
     with pytest.raises(DataError, match=message):
         evaluate_files(kwargs["metric"], hyp, [files["ref"]], baseline=baseline)
+
+
+@pytest.mark.parametrize("metric", ["bleu", "chrf", "rouge", "gleu", "m2"])
+@pytest.mark.parametrize("tokenized", [False, True])
+def test_an_empty_hypothesis_file_is_a_one_line_data_error(tmp_path, metric, tokenized):
+    empty = _write(tmp_path / "hyp", [])
+    (tmp_path / "hyp").write_text("", encoding="utf-8")
+    ref = _write(tmp_path / "ref", [])
+    (tmp_path / "ref").write_text("", encoding="utf-8")
+    with pytest.raises(DataError, match=r"hyp is empty: there is nothing to score"):
+        evaluate_files(metric, empty, [ref], source=ref, tokenized=tokenized)

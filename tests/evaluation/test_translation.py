@@ -151,3 +151,12 @@ def test_paired_bleu_test_rejects_bad_input() -> None:
         paired_bleu_test(good, bad, refs, method="t-test")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="trials"):
         paired_bleu_test(good, bad, refs, trials=-1)
+
+
+def test_paired_bleu_test_of_two_systems_at_zero_bleu_is_p_one() -> None:
+    refs, _, _ = _paired_corpus()
+    nonsense_a = ["xx yy"] * len(refs)
+    nonsense_b = ["zz"] * len(refs)
+    out = paired_bleu_test(nonsense_a, nonsense_b, refs, trials=200)
+    assert (out.baseline, out.system, out.delta) == (0.0, 0.0, 0.0)
+    assert out.p_value == 1.0  # sacrebleu alone says 1 / (trials + 1)

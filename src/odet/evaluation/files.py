@@ -71,6 +71,8 @@ def evaluate_files(
         )
     hyp = hyp_paths[0]
     hyps = read_all_lines(hyp)
+    if not hyps:
+        raise DataError(f"{hyp} is empty: there is nothing to score")
     if metric == "m2":
         if len(refs) != 1:
             raise DataError("--metric m2 takes exactly one reference: the gold M2 file")

@@ -192,7 +192,7 @@ def paired_bleu_test(
     fixed seed (``SACREBLEU_SEED``, 12345 by default), so results are reproducible. sacrebleu
     counts only trials whose difference *exceeds* the observed one, which underestimates ``p``
     when just a few sentences differ (one differing sentence gives ``1 / (trials + 1)``);
-    identical outputs are given ``p = 1``.
+    equal scores (e.g. identical outputs) are given ``p = 1``.
     """
     if len(baseline) != len(system):
         raise ValueError(
@@ -215,13 +215,14 @@ def paired_bleu_test(
     )
     _, scores = test()
     base, other = next(v for k, v in scores.items() if k != "System")
-    # sacrebleu counts only trials *above* the observed difference, so identical outputs would
-    # get p = 1 / (trials + 1); no difference at all is no evidence of one.
-    identical = list(baseline) == list(system)
+    # sacrebleu counts only trials *above* the observed difference, so equal scores (identical
+    # outputs, or two systems at 0 BLEU) would get p = 1 / (trials + 1); no difference at all
+    # is no evidence of one.
+    equal = list(baseline) == list(system) or float(base.score) == float(other.score)
     return PairedBLEU(
         baseline=float(base.score),
         system=float(other.score),
-        p_value=1.0 if identical else float(other.p_value),
+        p_value=1.0 if equal else float(other.p_value),
         system_ci=float(other.ci),
         method=method,
         trials=test.n_samples,
