@@ -29,6 +29,7 @@ RANKS: dict[str, int] = {
     "experiments": 7,
     "tasks": 7,
     "demo": 8,
+    "reference": 8,
     "cli": 9,
     "__init__": 10,
     "__main__": 10,

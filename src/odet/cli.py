@@ -232,6 +232,31 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    from odet.reference import configuration_reference, resolved_config_yaml
+
+    if args.action == "show":
+        if not args.config:
+            raise ValueError("odet config show needs a training config (YAML)")
+        print(resolved_config_yaml(args.config, list(args.set or [])), end="")
+        return 0
+    text = configuration_reference()
+    if args.out is None:
+        print(text, end="")
+        return 0
+    out = Path(args.out)
+    if args.check:
+        current = out.read_text(encoding="utf-8") if out.is_file() else ""
+        if current != text:
+            raise ValueError(f"{out} is out of date: run odet config docs --out {out}")
+        return 0
+    from odet.data.text import write_bytes_atomic
+
+    write_bytes_atomic(out, text.encode("utf-8"))
+    print(f"wrote {out}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "generate": cmd_generate,
@@ -243,6 +268,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "parity": cmd_parity,
     "analyze": cmd_analyze,
     "prepare": cmd_prepare,
+    "config": cmd_config,
 }
 
 
@@ -387,6 +413,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotator", type=int, help="m2: one annotator (default: all)")
     p.add_argument("--n", type=int, default=23, help="lead: how many words or turns")
     p.add_argument("--unit", choices=["words", "turns"], default="words")
+
+    p = sub.add_parser(
+        "config", help="'show CONFIG': the resolved config with defaults; 'docs': the reference"
+    )
+    p.add_argument("action", choices=["show", "docs"])
+    p.add_argument("config", nargs="?", help="show: a training config (YAML)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="show: an override")
+    p.add_argument("--out", help="docs: write the Markdown reference to this file")
+    p.add_argument("--check", action="store_true", help="docs: fail if --out is out of date")
 
     p = sub.add_parser("parity", help="the N-ODE Transformer's parity experiment")
     p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")

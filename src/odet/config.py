@@ -25,14 +25,15 @@ class ConfigError(ValueError):
 T = TypeVar("T")
 
 
-def _describe(tp: Any) -> str:
+def describe_type(tp: Any) -> str:
+    """A readable spelling of a type annotation: ``'fp32' | 'bf16'``, ``int | None``, ..."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(v) for v in typing.get_args(tp))
     if origin in (Union, types.UnionType):
-        return " | ".join(_describe(a) for a in typing.get_args(tp))
+        return " | ".join(describe_type(a) for a in typing.get_args(tp))
     if origin in (tuple, list):
-        return f"{origin.__name__}[{', '.join(_describe(a) for a in typing.get_args(tp))}]"
+        return f"{origin.__name__}[{', '.join(describe_type(a) for a in typing.get_args(tp))}]"
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
@@ -81,7 +82,7 @@ def check_types(obj: Any) -> None:
         if not _matches(value, tp):
             raise ConfigError(
                 f"{name}.{f.name} = {value!r} ({type(value).__name__}) is invalid; "
-                f"expected {_describe(tp)}"
+                f"expected {describe_type(tp)}"
             )
         if tp is float and isinstance(value, int):
             object.__setattr__(obj, f.name, float(value))
