@@ -42,7 +42,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from odet.generation.text import Translator, generation_defaults
+    from odet.inference import Translator, generation_defaults
 
     flags = {
         "strategy": args.strategy,

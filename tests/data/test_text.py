@@ -16,7 +16,7 @@ from odet.data import (
     read_lines,
     read_parallel_text,
 )
-from odet.data.text import write_bytes_atomic
+from odet.io import write_bytes_atomic
 
 
 def write(path: Path, data: bytes, *, compress: bool = False) -> Path:
@@ -254,7 +254,7 @@ def test_failed_atomic_write_keeps_previous_content(
     def broken_replace(source: object, destination: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("odet.data.text.os.replace", broken_replace)
+    monkeypatch.setattr("odet.io.os.replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
         write_bytes_atomic(target, b"new")
     assert target.read_bytes() == b"old"

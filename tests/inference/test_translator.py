@@ -1,11 +1,10 @@
 """Translator settings that do not need a trained model (the end-to-end path is tested in
 tests/training/test_trainer.py)."""
 
-import pytest
 import torch
 
-from odet.config import ConfigError
-from odet.generation.text import GenerationConfig, Translator
+from odet.generation import GenerationConfig
+from odet.inference import Translator
 from odet.models import Seq2Seq
 from tests.models.test_seq2seq import small_config, sources
 
@@ -23,8 +22,3 @@ def test_bf16_precision_decodes_with_a_bf16_copy_and_leaves_the_model_in_fp32():
     torch.testing.assert_close(half.float(), full, atol=0.1, rtol=0.05)
     fp32 = Translator(model, tokenizers=None, config=GenerationConfig())
     assert fp32._inference_model() is model
-
-
-def test_unknown_precision_is_a_config_error():
-    with pytest.raises(ConfigError, match="precision"):
-        GenerationConfig(precision="fp16")
