@@ -3,6 +3,7 @@
 import ast
 import dataclasses
 import inspect
+import itertools
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_every_field_has_a_one_line_docstring():
     body = tree.body[0].body  # type: ignore[attr-defined]
     documented = {
         node.target.id: following.value.value
-        for node, following in zip(body, body[1:])
+        for node, following in itertools.pairwise(body)
         if isinstance(node, ast.AnnAssign)
         and isinstance(node.target, ast.Name)
         and isinstance(following, ast.Expr)
