@@ -15,7 +15,7 @@ strategy: it finalises the EOS candidates ranked among the first ``K``, keeps th
 other candidates as the next rows, asks :meth:`SearchStrategy.is_done` whether a group is
 finished, and calls ``decoder.reorder``. Strategies are therefore small, stateless (except for
 a sampler's random generator) and unit-testable on tensors alone, and a new strategy needs no
-change to the loop (the same split as fairseq's ``search.py`` / ``sequence_generator.py``).
+change to the loop (the same split as fairseq's search and sequence generator).
 """
 
 from __future__ import annotations
