@@ -208,7 +208,8 @@ def test_train_config_written_to_run_matches_the_overrides(copy_data, tmp_path):
 
 
 def test_generate_defaults_to_the_runs_search_settings(trained):
-    from odet.generation.text import GenerationConfig, generation_defaults
+    from odet.generation import GenerationConfig
+    from odet.inference import generation_defaults
 
     assert generation_defaults(str(trained)) == GenerationConfig(beam_size=1)
 

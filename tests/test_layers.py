@@ -16,6 +16,7 @@ SRC = Path(__file__).parents[1] / "src" / "odet"
 
 RANKS: dict[str, int] = {
     "config": 0,
+    "io": 0,
     "ode": 1,
     "data": 1,
     "nn": 2,
@@ -34,7 +35,8 @@ RANKS: dict[str, int] = {
     "__init__": 10,
     "__main__": 10,
 }
-"""``config`` holds the validation helpers every layer uses; ``generation`` is model-agnostic
+"""``config`` holds the validation helpers every layer uses, ``io`` the durable atomic write;
+``generation`` is model-agnostic
 (the decoding loop, search strategies, the decoder protocol), so models build on it; the
 text-in/text-out translator and checkpoint loading are ``inference``."""
 

@@ -42,7 +42,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from odet.generation.text import Translator, generation_defaults
+    from odet.inference import Translator, generation_defaults
 
     flags = {
         "strategy": args.strategy,
@@ -250,7 +250,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         if current != text:
             raise ValueError(f"{out} is out of date: run odet config docs --out {out}")
         return 0
-    from odet.data.text import write_bytes_atomic
+    from odet.io import write_bytes_atomic
 
     write_bytes_atomic(out, text.encode("utf-8"))
     print(f"wrote {out}")

@@ -16,7 +16,6 @@ from odet.data import (
     read_lines,
     read_parallel_text,
 )
-from odet.data.text import write_bytes_atomic
 
 
 def write(path: Path, data: bytes, *, compress: bool = False) -> Path:
@@ -236,26 +235,3 @@ def test_reports_reject_inconsistent_counts() -> None:
         ReadReport(paths=("x",), lines=3, kept=1, empty=1)
     with pytest.raises(ValueError, match="total=3 != kept=1 \\+ dropped=0"):
         FilterReport(total=3, kept=1)
-
-
-def test_atomic_write_replaces_content_and_leaves_no_temporary(tmp_path: Path) -> None:
-    target = tmp_path / "deep" / "file.bin"
-    write_bytes_atomic(target, b"old")
-    write_bytes_atomic(target, b"new")
-    assert target.read_bytes() == b"new"
-    assert [p.name for p in target.parent.iterdir()] == ["file.bin"]
-
-
-def test_failed_atomic_write_keeps_previous_content(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    target = write(tmp_path / "file.bin", b"old")
-
-    def broken_replace(source: object, destination: object) -> None:
-        raise OSError("disk full")
-
-    monkeypatch.setattr("odet.data.text.os.replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
-        write_bytes_atomic(target, b"new")
-    assert target.read_bytes() == b"old"
-    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]

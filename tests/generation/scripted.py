@@ -4,7 +4,8 @@ A *script* maps a generated prefix (a tuple of tokens, without BOS) to the next-
 probabilities; tokens it does not list have probability 0 and unscripted prefixes end with EOS
 (probability 1). Each source sentence has its own script. The cached double keeps the prefixes
 it has seen as its state and fails if the loop hands it a prefix that does not extend them, so a
-wrong ``reorder`` cannot go unnoticed.
+wrong ``reorder`` cannot go unnoticed; both fail when the loop's ``rows_per_source`` promise
+(consecutive rows of one source) is false.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class UncachedScriptedDecoder:
         self.vocab_size = vocab_size
         self.sources = list(range(len(self.scripts)))
         self.reorders: list[list[int]] = []
+        self.rows_per_source: list[int] = []
         self.rows_per_step: list[int] = []
 
     def step(self, prefix: Tensor) -> Tensor:
@@ -64,12 +66,20 @@ class UncachedScriptedDecoder:
             ]
         )
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, rows_per_source: int = 1) -> None:
+        """Follow ``index``; check the loop's promise that blocks of ``rows_per_source``
+        consecutive rows decode one source sentence."""
         assert index.dtype == torch.long and index.dim() == 1
         idx = index.tolist()
         assert all(0 <= i < len(self.sources) for i in idx), idx
         self.sources = [self.sources[i] for i in idx]
+        assert len(idx) % rows_per_source == 0, (len(idx), rows_per_source)
+        blocks = [
+            self.sources[b : b + rows_per_source] for b in range(0, len(idx), rows_per_source)
+        ]
+        assert all(len(set(block)) == 1 for block in blocks), (self.sources, rows_per_source)
         self.reorders.append(idx)
+        self.rows_per_source.append(rows_per_source)
 
 
 class ScriptedDecoder(UncachedScriptedDecoder):
@@ -89,7 +99,7 @@ class ScriptedDecoder(UncachedScriptedDecoder):
         self.seen = rows
         return super().step(prefix)
 
-    def reorder(self, index: Tensor) -> None:
-        super().reorder(index)
+    def reorder(self, index: Tensor, rows_per_source: int = 1) -> None:
+        super().reorder(index, rows_per_source)
         if self.seen is not None:
             self.seen = [self.seen[i] for i in index.tolist()]

@@ -344,3 +344,19 @@ def test_half_precision_log_probs_accumulate_in_float32():
 
 def test_empty_batch_returns_no_hypotheses():
     assert run(Greedy(), [])[0] == []
+
+
+def test_the_loop_says_how_many_consecutive_rows_decode_one_sentence():
+    # The scripted decoders also check every promise against the rows' source sentences.
+    _, beam = run(BeamSearch(beam_size=2, num_return=2), [SUBOPTIMAL, SHORT_OR_LONG], max_len=4)
+    assert beam.reorders[0] == [0, 0, 1, 1] and set(beam.rows_per_source) == {2}
+    # Sentence 0 ends one step before sentence 1: both samples of each always share it.
+    scripts: list[Script] = [{(): {A: 1.0}}, {(): {A: 1.0}, (A,): {A: 1.0}}]
+    strategy = Sampling(num_return=2, generator=torch.Generator().manual_seed(0))
+    _, sampler = run(strategy, scripts)
+    assert sampler.reorders == [[0, 0, 1, 1], [2, 3]]
+    assert sampler.rows_per_source == [2, 2]
+    # One sentence: its surviving samples are always one block.
+    strategy = Sampling(num_return=4, generator=torch.Generator().manual_seed(3))
+    _, single = run(strategy, [REPEAT], max_len=8)
+    assert single.rows_per_source == [len(index) for index in single.reorders]

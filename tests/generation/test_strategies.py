@@ -126,6 +126,13 @@ def test_make_strategy_builds_each_registered_strategy():
     assert torch.equal(sampler.generator.get_state(), same_seed.generator.get_state())
 
 
+def test_make_strategy_makes_a_beam_of_one_greedy_unless_it_bans_ngrams_or_searches_on():
+    assert make_strategy("beam", beam_size=1, length_penalty=0.6) == Greedy(0.6)
+    assert make_strategy("beam", beam_size=1, no_repeat_ngram_size=2) == BeamSearch(1, 1.0, 2)
+    exact = make_strategy("beam", beam_size=1, early_stopping=False)
+    assert exact == BeamSearch(1, early_stopping=False)
+
+
 @pytest.mark.parametrize(
     ("name", "options", "match"),
     [

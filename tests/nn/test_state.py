@@ -1,6 +1,8 @@
 """odet.nn.state.DecoderState.reorder: what every row sees is what a plain gather would give,
-while the encoder memory stays one row per sentence as long as the beams stay grouped."""
+while the encoder memory stays one row per sentence as long as the caller says the beams stay
+grouped."""
 
+import pytest
 import torch
 
 from odet.nn.attention import KVCache
@@ -44,7 +46,7 @@ def test_reorders_equal_plain_gathers_through_expansion_beam_moves_pruning_and_s
     ]
     for index, share, memory_rows in steps:
         expected = {name: t[index] for name, t in _seen(state).items()}
-        state.reorder(index)
+        state.reorder(index, rows_per_source=share)
         assert state.memory_kv[0].queries_per_row == share
         assert state.memory_kv[0].key.shape[0] == memory_rows
         for name, tensor in _seen(state).items():
@@ -53,9 +55,28 @@ def test_reorders_equal_plain_gathers_through_expansion_beam_moves_pruning_and_s
 
 def test_moves_inside_sentences_leave_the_memory_tensors_untouched():
     state = _state(2)
-    state.reorder(torch.tensor([0, 0, 1, 1]))
+    state.reorder(torch.tensor([0, 0, 1, 1]), rows_per_source=2)
     memory_key, mask = state.memory_kv[0].key, state.memory_padding_mask
-    state.reorder(torch.tensor([1, 0, 3, 3]))
+    state.reorder(torch.tensor([1, 0, 3, 3]), rows_per_source=2)
     assert state.memory_kv[0].key is memory_key and state.memory_padding_mask is mask
-    state.reorder(torch.tensor([0, 1]))
+    state.reorder(torch.tensor([0, 1]), rows_per_source=2)
     assert state.memory_kv[0].key.shape[0] == 1 and state.memory_kv[0].queries_per_row == 2
+
+
+def test_a_false_grouping_statement_is_rejected():
+    state = _state(2)
+    with pytest.raises(ValueError, match="reads different memory rows"):
+        state.reorder(torch.tensor([0, 1, 1, 1]), rows_per_source=2)
+    with pytest.raises(ValueError, match="divide"):
+        state.reorder(torch.tensor([0, 0, 1]), rows_per_source=2)
+
+
+def test_sharing_is_what_the_caller_says_not_what_the_index_looks_like():
+    grouped, per_row = _state(2), _state(2)
+    index = torch.tensor([0, 0, 1, 1])
+    grouped.reorder(index, rows_per_source=2)
+    per_row.reorder(index, rows_per_source=1)
+    assert grouped.memory_kv[0].key.shape[0] == 2 and grouped.memory_kv[0].queries_per_row == 2
+    assert per_row.memory_kv[0].key.shape[0] == 4 and per_row.memory_kv[0].queries_per_row == 1
+    for name, tensor in _seen(grouped).items():
+        torch.testing.assert_close(_seen(per_row)[name], tensor, rtol=0, atol=0, msg=name)

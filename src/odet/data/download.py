@@ -42,7 +42,8 @@ from typing import Literal, get_args
 
 from tqdm.auto import tqdm
 
-from odet.data.text import DataError, PathLike, write_bytes_atomic
+from odet.data.text import DataError, PathLike
+from odet.io import write_bytes_atomic
 
 Source = Literal["copy", "gzip", "dialogsum-release-zip"]
 Fetcher = Callable[[str], bytes]

@@ -380,16 +380,3 @@ class LengthFilter:
             counts[reason] = int(np.count_nonzero(keep & failed))
             keep &= ~failed
         return keep, FilterReport(total=len(src), kept=int(keep.sum()), **counts)
-
-
-def write_bytes_atomic(path: PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a sibling temporary file and a rename, so ``path`` is
-    either absent, its previous content, or complete, never a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)

@@ -20,7 +20,7 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
-from odet.data.text import write_bytes_atomic
+from odet.io import write_bytes_atomic
 
 PAD_ID = 0
 UNK_ID = 1

@@ -32,8 +32,7 @@ from typing import Any
 from odet.config import check, check_types, from_dict, load_yaml
 from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, tokenized_bleu
 from odet.evaluation.files import read_all_lines
-from odet.generation.text import Translator
-from odet.models import Seq2Seq
+from odet.inference import Translator, load_model_and_tokenizers
 from odet.training import load_train_config, train
 from odet.training.average import average_checkpoints
 from odet.training.metrics import MetricsLog
@@ -197,17 +196,11 @@ def _averaged_test(config: Any, run: Path, last: int, references: list[str]) -> 
             return {}
         if not (out / "config.json").is_file():
             average_checkpoints(run, last, out)
-        translator = Translator(Seq2Seq.from_pretrained(out), _tokenizers(out), config.generation)
+        translator = Translator(*load_model_and_tokenizers(out), config.generation)
         sources = read_all_lines(config.data.path(config.data.test[0]))
         hyp_file.write_text("\n".join(translator.translate(sources)) + "\n", encoding="utf-8")
     hyps = read_all_lines(hyp_file)
     return {"bleu": corpus_bleu(hyps, references).score, "bleu_tok": _tok_bleu(hyps, references)}
-
-
-def _tokenizers(path: Path) -> Any:
-    from odet.data import TokenizerPair
-
-    return TokenizerPair.load(path)
 
 
 def _mean_std(values: list[float | None]) -> str:

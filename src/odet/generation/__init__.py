@@ -1,11 +1,16 @@
-"""Text generation: search strategies split from the decoding loop.
+"""Generation, model-agnostic: search strategies split from the decoding loop.
+
+Nothing here knows a model: models implement the decoder protocol and build on this package
+(``Seq2Seq.generate``); text in, text out with a trained model is :mod:`odet.inference`.
 
 - :mod:`~odet.generation.decoder` — :class:`IncrementalDecoder`, the protocol a model implements
-  (``step(prefix) -> (N, V) log-probs`` and ``reorder(index)``).
+  (``step(prefix) -> (N, V) log-probs`` and ``reorder(index, rows_per_source)``).
 - :mod:`~odet.generation.strategies` — :class:`Greedy`, :class:`BeamSearch`, :class:`Sampling`
-  and :func:`make_strategy`: each turns masked log-probabilities into ranked candidates.
+  and :func:`make_strategy`, the one builder of a strategy from settings: each strategy turns
+  masked log-probabilities into ranked candidates.
 - :mod:`~odet.generation.loop` — :func:`generate`: constraints, finished hypotheses, shrinking
   the batch and reordering the decoder, shared by every strategy.
+- :mod:`~odet.generation.config` — :class:`GenerationConfig`, decoding settings as a config.
 
 Example::
 
@@ -14,6 +19,7 @@ Example::
     best_tokens = [nbest[0].tokens for nbest in hyps]
 """
 
+from odet.generation.config import GenerationConfig
 from odet.generation.decoder import IncrementalDecoder
 from odet.generation.loop import Hypothesis, generate
 from odet.generation.strategies import (
@@ -32,6 +38,7 @@ from odet.generation.strategies import (
 __all__ = [
     "STRATEGIES",
     "BeamSearch",
+    "GenerationConfig",
     "Greedy",
     "Hypothesis",
     "IncrementalDecoder",

@@ -13,18 +13,21 @@ The loop owns what every strategy shares, so that strategies only choose tokens:
   normalisation where the length counts EOS; the first ``K`` non-EOS candidates become the next
   rows. A group stops when :meth:`SearchStrategy.is_done` says so, when no live row has a
   finite score left, or after the forced-EOS step.
-- **Batch bookkeeping.** Rows are laid out group-major (``G_active × K``). After each step the
-  loop drops the groups the strategy declares done and calls ``decoder.reorder`` with, for every
-  surviving row, the row it extends — one call that both follows beam origins and shrinks the
-  batch, so finished sentences cost nothing afterwards. The first step runs on one row per group
-  (all beams of a sentence would be identical), and the first reorder expands it to ``K`` rows;
-  strategies with several groups per sentence (sampling ``num_return``) get one reorder before
-  the first step that duplicates each sentence's row.
+- **Batch bookkeeping.** Rows are laid out group-major (``G_active × K``), the groups of a
+  sentence next to each other. After each step the loop drops the groups the strategy declares
+  done and calls ``decoder.reorder`` with, for every surviving row, the row it extends — one call
+  that both follows beam origins and shrinks the batch, so finished sentences cost nothing
+  afterwards — and with how many consecutive rows decode one sentence (``K`` times its kept
+  groups when every sentence kept equally many, else ``K``). The first step runs on one row per
+  group (all beams of a sentence would be identical), and the first reorder expands it to ``K``
+  rows; strategies with several groups per sentence (sampling ``num_return``) get one reorder
+  before the first step that duplicates each sentence's row.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -103,7 +106,10 @@ def generate(
     K = strategy.rows_per_group
     num_groups = batch_size * per_sentence
     if per_sentence > 1:
-        decoder.reorder(torch.arange(batch_size, device=device).repeat_interleave(per_sentence))
+        decoder.reorder(
+            torch.arange(batch_size, device=device).repeat_interleave(per_sentence),
+            rows_per_source=per_sentence,
+        )
     finished: list[list[Hypothesis]] = [[] for _ in range(num_groups)]
     active = list(range(num_groups))  # group ids of the active groups, in row order
     prefix = torch.full((num_groups, 1), bos_id, dtype=torch.long, device=device)  # (N, t)
@@ -201,7 +207,9 @@ def generate(
             )
         index = live_rows[keep_t].reshape(-1)  # (N',) the old row each new row extends
         if index.numel() != N or not torch.equal(index, torch.arange(N, device=index.device)):
-            decoder.reorder(index)
+            decoder.reorder(
+                index, rows_per_source=K * _groups_per_source(active, keep, per_sentence)
+            )
         prefix = torch.cat([prefix[index], live_tokens[keep_t].reshape(-1, 1)], dim=1)
         token_lp = torch.cat([token_lp[index], live_lp[keep_t].reshape(-1, 1)], dim=1)
         scores = live_scores[keep_t]
@@ -214,6 +222,13 @@ def generate(
         hyps = sorted((h for group in groups for h in group), key=lambda h: h.score, reverse=True)
         results.append(hyps[: strategy.num_return])
     return results
+
+
+def _groups_per_source(active: list[int], keep: list[int], per_sentence: int) -> int:
+    """Consecutive kept groups that decode one sentence: all of a sentence's kept groups when
+    every sentence kept equally many, else 1 (each group stands alone)."""
+    sizes = set(Counter(active[g] // per_sentence for g in keep).values())
+    return sizes.pop() if len(sizes) == 1 else 1
 
 
 def _mask(log_probs: Tensor, banned: list[int], force: int | None) -> Tensor:

@@ -15,7 +15,7 @@ strategy: it finalises the EOS candidates ranked among the first ``K``, keeps th
 other candidates as the next rows, asks :meth:`SearchStrategy.is_done` whether a group is
 finished, and calls ``decoder.reorder``. Strategies are therefore small, stateless (except for
 a sampler's random generator) and unit-testable on tensors alone, and a new strategy needs no
-change to the loop (the same split as fairseq's ``search.py`` / ``sequence_generator.py``).
+change to the loop (the same split as fairseq's search and sequence generator).
 """
 
 from __future__ import annotations
@@ -347,9 +347,12 @@ STRATEGIES: dict[str, type[SearchStrategy]] = {
 def make_strategy(name: StrategyName, **options: Any) -> SearchStrategy:
     """Build a strategy by name, e.g. ``make_strategy("beam", beam_size=4, length_penalty=0.6)``.
 
-    Options are the strategy's constructor fields; ``"sample"`` also takes ``seed`` (an int)
-    instead of a ``generator``, so a strategy can be described by plain config values.
-    Unknown names and options raise ``ValueError`` listing the allowed ones.
+    The one place a strategy is built from settings (``GenerationConfig``, ``Seq2Seq.generate``
+    and tests all call it). Options are the strategy's constructor fields; ``"sample"`` also
+    takes ``seed`` (an int) instead of a ``generator``, so a strategy can be described by plain
+    config values. A beam of one that stops at its first hypothesis and bans no n-grams is
+    :class:`Greedy` (the same hypotheses without the beam bookkeeping). Unknown names and
+    options raise ``ValueError`` listing the allowed ones.
     """
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}")
@@ -367,4 +370,12 @@ def make_strategy(name: StrategyName, **options: Any) -> SearchStrategy:
         raise ValueError(
             f"unknown option(s) {unknown} for strategy {name!r}; allowed: {sorted(allowed)}{extra}"
         )
-    return cls(**options)
+    strategy = cls(**options)
+    if (
+        isinstance(strategy, BeamSearch)
+        and strategy.beam_size == 1
+        and strategy.early_stopping
+        and strategy.no_repeat_ngram_size == 0
+    ):
+        return Greedy(length_penalty=strategy.length_penalty)
+    return strategy

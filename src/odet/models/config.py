@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from odet.blocks import STACK_METHODS, coefficient_problem
 from odet.config import check, check_types, from_dict, suggest, to_dict
+from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from odet.ode import ADAPTIVE_METHODS, TABLEAUS
 
 CoefficientName = Literal["fixed", "learned", "gated", "gated_norm", "ema"]
@@ -100,10 +101,10 @@ class Seq2SeqConfig:
     share_decoder_embeddings: bool = True
     scale_embeddings: bool = True
     norm_eps: float = 1e-5
-    pad_id: int = 0
-    unk_id: int = 1
-    bos_id: int = 2
-    eos_id: int = 3
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
 
     def __post_init__(self) -> None:
         check_types(self)

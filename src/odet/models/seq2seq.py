@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from odet.blocks import Stack, build_stack
 from odet.blocks.continuous import ContinuousEncoder, build_continuous_encoder
-from odet.generation import BeamSearch, Greedy, Hypothesis, SearchStrategy, generate
+from odet.generation import Hypothesis, SearchStrategy, generate, make_strategy
 from odet.models.config import ADAPTIVE, Seq2SeqConfig
 from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
@@ -276,10 +276,11 @@ class Seq2Seq(nn.Module):
         position table) bounds the generated tokens excluding EOS. ``use_cache=False``
         recomputes the decoder over the whole prefix at every step and returns the same tokens.
         """
-        strategy: SearchStrategy = (
-            Greedy(length_penalty=length_penalty)
-            if beam_size == 1 and no_repeat_ngram_size == 0
-            else BeamSearch(beam_size, length_penalty, no_repeat_ngram_size)
+        strategy = make_strategy(
+            "beam",
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size,
         )
         nbest = self.search(src_tokens, strategy, max_len, use_cache, min_len=min_len)
         return [hyps[0].tokens if hyps else [] for hyps in nbest]
@@ -387,8 +388,8 @@ class Seq2SeqDecoder:
             logits = logits.float()
         return F.log_softmax(logits, dim=-1)
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, rows_per_source: int) -> None:
         if self.state is None:
             self.encoder_out = self.encoder_out.reorder(index)
         else:  # the state holds all the cached path reads of the encoder output
-            self.state.reorder(index)
+            self.state.reorder(index, rows_per_source=rows_per_source)

@@ -1,14 +1,12 @@
 """Model directories: ``config.json`` + ``model.safetensors``. No pickle anywhere.
 
-Files are written to a temporary name, fsynced and renamed, so a crash never leaves a
-half-written file under the final name.
+Files are written with :func:`odet.io.atomic_write` (temporary name, fsync, rename), so a crash
+never leaves a half-written file under the final name.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +15,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
+
+from odet.io import atomic_write
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -27,22 +27,6 @@ M = TypeVar("M", bound=nn.Module)
 
 class CheckpointError(ValueError):
     """A model directory is missing, incomplete, corrupt or of another format version."""
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, fsync it, then rename it over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def save_model_dir(

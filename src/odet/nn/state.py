@@ -20,11 +20,10 @@ class DecoderState:
     computed once and shared by the block's stages and by every step. ``length`` counts the target
     positions already decoded (the position offset of the next token).
 
-    Beam search keeps the memory at one row per sentence: while every sentence's rows are
-    consecutive and equally many (its beams), the memory caches and ``memory_padding_mask`` hold
-    one row per sentence and ``memory_kv[l].queries_per_row`` says how many batch rows share it;
-    cross-attention then attends all of a sentence's beams at once. Any other reorder gathers the
-    memory to one row per batch row.
+    Beam search keeps the memory at one row per sentence: the memory caches and
+    ``memory_padding_mask`` hold one row per source and ``memory_kv[l].queries_per_row`` says how
+    many consecutive batch rows read it; cross-attention then attends all of a sentence's beams
+    at once. The caller of :meth:`reorder` says how the new rows group by source.
     """
 
     self_attn: dict[tuple[int, int], KVCache]
@@ -37,26 +36,39 @@ class DecoderState:
         """The per-stage self-attention caches of ``block``, in stage order."""
         return [self.self_attn[(block, i)] for i in range(self.stage_counts[block])]
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep/duplicate batch rows for beam search: row i becomes old row ``index[i]``."""
+    def reorder(self, index: Tensor, *, rows_per_source: int) -> None:
+        """Keep/duplicate batch rows: new row ``i`` becomes old row ``index[i]`` (``(N',)``).
+
+        ``rows_per_source`` is the caller's statement that the new rows come in consecutive
+        blocks of that many rows reading the same encoder memory row (a sentence's beams): the
+        memory is then kept at one row per block, gathered only when blocks are dropped or
+        moved. ``1`` gathers the memory to one row per batch row. A false statement is an error.
+        """
+        if rows_per_source < 1 or index.numel() % rows_per_source:
+            raise ValueError(
+                f"rows_per_source must be >= 1 and divide the {index.numel()} new rows, got "
+                f"{rows_per_source}"
+            )
         for cache in self.self_attn.values():
             cache.reorder(index)
         caches = list(self.memory_kv.values())
-        group = caches[0].queries_per_row if caches else 1
-        source = index // group  # the memory row each new row reads
-        runs, counts = torch.unique_consecutive(source, return_counts=True)
-        share = int(counts[0]) if len(counts) else 1
-        if bool((counts == share).all()) and bool((runs[1:] > runs[:-1]).all()):
-            # grouped: one memory row per sentence, finished sentences' rows dropped (if any)
-            gather = None if len(runs) == _memory_rows(self) else runs
-        else:
-            gather, share = source, 1
+        shared = caches[0].queries_per_row if caches else 1
+        blocks = (index // shared).view(-1, rows_per_source)  # (N' / k, k) memory row per row
+        if rows_per_source > 1 and not bool((blocks == blocks[:, :1]).all()):
+            raise ValueError(
+                f"rows_per_source={rows_per_source}, but a block of new rows reads different "
+                "memory rows"
+            )
+        source = blocks[:, 0]  # (N' / k,) the memory row each block reads
+        unchanged = source.numel() == _memory_rows(self) and torch.equal(
+            source, torch.arange(source.numel(), device=source.device)
+        )
         for cache in caches:
-            if gather is not None:
-                cache.reorder(gather)
-            cache.queries_per_row = share
-        if self.memory_padding_mask is not None and gather is not None:
-            self.memory_padding_mask = self.memory_padding_mask.index_select(0, gather)
+            if not unchanged:
+                cache.reorder(source)
+            cache.queries_per_row = rows_per_source
+        if self.memory_padding_mask is not None and not unchanged:
+            self.memory_padding_mask = self.memory_padding_mask.index_select(0, source)
 
 
 def _memory_rows(state: DecoderState) -> int:

@@ -15,12 +15,13 @@ Layout under ``<output_dir>/checkpoints/``::
 
 A checkpoint is written into a temporary directory, every file fsynced, then renamed into place;
 ``index.json`` is replaced atomically afterwards. Loading verifies the checksums and falls back to
-the previous checkpoint when the newest one is incomplete or corrupt.
+the previous checkpoint when the newest one is incomplete or corrupt. The reading side that using
+a trained model needs (the index, verification, ``resolve_model_dir``) is
+:mod:`odet.inference.checkpoint`, re-exported here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -34,17 +35,42 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from odet.data import TokenizerPair
+from odet.inference.checkpoint import (
+    CHECKSUMS_NAME,
+    CONFIG_NAME,
+    INDEX_NAME,
+    read_index,
+    resolve_model_dir,
+    sha256_file,
+    verify_checkpoint,
+)
+from odet.io import atomic_write, fsync_dir
 from odet.models import CheckpointError, Seq2Seq
-from odet.models.serialization import atomic_write
 
 logger = logging.getLogger(__name__)
 
-INDEX_NAME = "index.json"
+__all__ = [
+    "CHECKSUMS_NAME",
+    "CONFIG_NAME",
+    "INDEX_NAME",
+    "OPTIMIZER_NAME",
+    "RNG_NAME",
+    "STATE_NAME",
+    "Checkpoint",
+    "TrainerState",
+    "checkpoint_name",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "read_index",
+    "remove_partial_writes",
+    "resolve_model_dir",
+    "save_checkpoint",
+    "verify_checkpoint",
+]
+
 STATE_NAME = "trainer_state.json"
 OPTIMIZER_NAME = "optimizer.pt"
 RNG_NAME = "rng.safetensors"
-CHECKSUMS_NAME = "checksums.json"
-CONFIG_NAME = "train_config.yaml"
 
 
 @dataclass
@@ -78,36 +104,6 @@ def checkpoint_name(step: int) -> str:
     return f"step_{step:07d}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_index(root: Path) -> dict[str, Any]:
-    """The checkpoint index (empty when there is none yet)."""
-    index = root / INDEX_NAME
-    if not index.is_file():
-        return {"checkpoints": [], "last": None, "best": None}
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{index} is corrupt: {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("checkpoints"), list):
-        raise CheckpointError(f"{index} is not a checkpoint index")
-    return data
-
-
 def save_checkpoint(
     root: Path,
     *,
@@ -135,7 +131,7 @@ def save_checkpoint(
             tmp / OPTIMIZER_NAME,
         )
         save_file({"torch": torch.get_rng_state()}, str(tmp / RNG_NAME))
-        checksums = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        checksums = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / CHECKSUMS_NAME).write_text(json.dumps(checksums, indent=2) + "\n")
         for path in tmp.iterdir():
             with open(path, "rb") as handle:
@@ -144,7 +140,7 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -163,23 +159,6 @@ def save_checkpoint(
     new_index = {"checkpoints": entries, "last": name, "best": best}
     atomic_write(root / INDEX_NAME, lambda p: p.write_text(json.dumps(new_index, indent=2) + "\n"))
     return final
-
-
-def verify_checkpoint(path: Path) -> None:
-    """Raise ``CheckpointError`` unless every file matches its recorded SHA-256."""
-    sums_file = path / CHECKSUMS_NAME
-    if not sums_file.is_file():
-        raise CheckpointError(f"{path} is incomplete: {CHECKSUMS_NAME} is missing")
-    try:
-        sums = json.loads(sums_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{sums_file} is corrupt: {err}") from None
-    for name, expected in sums.items():
-        file = path / name
-        if not file.is_file():
-            raise CheckpointError(f"{path} is incomplete: {name} is missing")
-        if _sha256(file) != expected:
-            raise CheckpointError(f"{file} is corrupt (SHA-256 mismatch)")
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
@@ -224,23 +203,3 @@ def latest_checkpoint(root: Path) -> Checkpoint | None:
         except CheckpointError as err:
             logger.warning("skipping checkpoint %s: %s", name, err)
     return None
-
-
-def resolve_model_dir(path: str | Path, which: str = "best") -> Path:
-    """A directory with a model and tokenizer: ``path`` itself, or the ``best``/``last``
-    checkpoint of a run directory (``<run>/checkpoints/index.json``) or checkpoints directory."""
-    path = Path(path)
-    if (path / "config.json").is_file():
-        return path
-    for root in (path / "checkpoints", path):
-        if (root / INDEX_NAME).is_file():
-            index = read_index(root)
-            name = index.get(which) or index.get("last")
-            if name and (root / name / "config.json").is_file():
-                return root / name
-    if not path.exists():
-        raise CheckpointError(f"no such checkpoint or run directory: {path}")
-    raise CheckpointError(
-        f"{path} is not a model checkpoint (no config.json) nor a run directory with "
-        "checkpoints/index.json"
-    )

@@ -46,7 +46,8 @@ from odet.data import (
 )
 from odet.evaluation.files import read_all_lines
 from odet.evaluation.scoring import score_text
-from odet.generation.text import GenerationConfig, Translator
+from odet.generation import GenerationConfig
+from odet.inference import Translator
 from odet.models import Seq2Seq
 from odet.nn.precision import autocast_bf16
 from odet.training.checkpoint import (

@@ -1,0 +1,143 @@
+"""Text in, text out: batched translation of raw sentences with a trained model and tokenizer.
+
+Sentences are encoded, sorted by length and packed into batches of at most ``batch_tokens``
+padded source tokens (so similar lengths share a batch), decoded with the configured search,
+and returned in the input order. Empty lines give empty outputs; over-long lines are truncated
+to the model's position table. Both are counted in the returned report, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+from tqdm import tqdm
+
+from odet.config import from_dict
+from odet.data import TokenizerPair, pad_tokens
+from odet.generation import GenerationConfig
+from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
+from odet.models import Seq2Seq
+
+__all__ = [
+    "TranslationReport",
+    "Translator",
+    "generation_defaults",
+    "load_model_and_tokenizers",
+]
+
+
+@dataclass
+class TranslationReport:
+    """What happened to the inputs: counts of empty and truncated lines."""
+
+    sentences: int = 0
+    empty: int = 0
+    truncated: int = 0
+    truncated_lines: list[int] = field(default_factory=list)
+
+
+class Translator:
+    """A model and its tokenizers, ready to turn sentences into sentences.
+
+    Example:
+        >>> translator = Translator.from_checkpoint("runs/multi30k-rk2")  # doctest: +SKIP
+        >>> translator.translate(["A dog runs on the beach."])  # doctest: +SKIP
+        ['Ein Hund läuft am Strand.']
+    """
+
+    def __init__(
+        self, model: Seq2Seq, tokenizers: TokenizerPair, config: GenerationConfig | None = None
+    ):
+        self.model = model.eval()
+        self.tokenizers = tokenizers
+        self.config = config or GenerationConfig()
+        self.report = TranslationReport()
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, which: str = "best", config: GenerationConfig | None = None
+    ) -> Translator:
+        """Load a model directory, or the best/last checkpoint of a training run."""
+        return cls(*load_model_and_tokenizers(path, which), config)
+
+    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Source token ids with EOS, truncated to the position table (counted)."""
+        limit = self.model.config.max_positions
+        encoded = []
+        for i, text in enumerate(sentences):
+            ids = self.tokenizers.source.encode(text)
+            if len(ids) + 1 > limit:
+                ids = ids[: limit - 1]
+                self.report.truncated += 1
+                self.report.truncated_lines.append(i + 1)
+            encoded.append([*ids, self.model.config.eos_id])
+        return encoded
+
+    @torch.no_grad()
+    def translate(self, sentences: Sequence[str], *, progress: bool = False) -> list[str]:
+        """Translate ``sentences`` (any order of lengths); outputs in the input order."""
+        self.report = TranslationReport(sentences=len(sentences))
+        outputs = [""] * len(sentences)
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        self.report.empty = len(sentences) - len(todo)
+        if not todo:
+            return outputs
+        encoded = self.encode([sentences[i] for i in todo])
+        order = sorted(range(len(todo)), key=lambda j: len(encoded[j]))
+        strategy = self.config.make_strategy()
+        model = self._inference_model()
+        device = next(model.parameters()).device
+        with tqdm(total=len(todo), desc="generating", unit="sent", disable=not progress) as bar:
+            start = 0
+            while start < len(order):
+                stop = start + 1
+                while (
+                    stop < len(order)
+                    and (stop - start + 1) * len(encoded[order[stop]]) <= self.config.batch_tokens
+                ):
+                    stop += 1
+                rows = order[start:stop]
+                src = pad_tokens([encoded[j] for j in rows]).to(device)
+                max_len = int(self.config.max_len_a * src.shape[1] + self.config.max_len_b)
+                nbest = model.search(src, strategy, max_len, min_len=self.config.min_len)
+                for j, hyps in zip(rows, nbest):
+                    tokens = hyps[0].tokens if hyps else []
+                    outputs[todo[j]] = self.tokenizers.target.decode(tokens)
+                bar.update(len(rows))
+                start = stop
+        return outputs
+
+    def _inference_model(self) -> Seq2Seq:
+        """The model in the configured precision; a bf16 copy leaves ``self.model`` untouched,
+        since the trainer validates with the model it is training."""
+        if self.config.precision == "bf16" and _dtype(self.model) != torch.bfloat16:
+            return copy.deepcopy(self.model).to(torch.bfloat16)
+        return self.model
+
+
+def _dtype(model: torch.nn.Module) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def load_model_and_tokenizers(
+    path: str | Path, which: str = "best"
+) -> tuple[Seq2Seq, TokenizerPair]:
+    """The model and tokenizers of a model directory, or of the ``best``/``last`` checkpoint of
+    a training run (:func:`~odet.inference.checkpoint.resolve_model_dir`)."""
+    model_dir = resolve_model_dir(path, which)
+    return Seq2Seq.from_pretrained(model_dir), TokenizerPair.load(model_dir)
+
+
+def generation_defaults(path: str | Path, which: str = "best") -> GenerationConfig:
+    """The ``generation`` section of the training config stored with a checkpoint (the search
+    settings the model was validated with), or the library defaults when there is none."""
+    config_file = resolve_model_dir(path, which) / CONFIG_NAME
+    if not config_file.is_file():
+        return GenerationConfig()
+    data = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+    return from_dict(GenerationConfig, data.get("generation") or {}, where="generation")

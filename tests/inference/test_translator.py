@@ -1,0 +1,54 @@
+"""Translator settings that do not need a trained model (the end-to-end path is tested in
+tests/training/test_trainer.py)."""
+
+import torch
+
+from odet.generation import GenerationConfig
+from odet.inference import Translator
+from odet.models import Seq2Seq
+from tests.models.test_seq2seq import small_config, sources
+
+
+def test_bf16_precision_decodes_with_a_bf16_copy_and_leaves_the_model_in_fp32():
+    model = Seq2Seq(small_config()).eval()
+    translator = Translator(model, tokenizers=None, config=GenerationConfig(precision="bf16"))
+    decoding = translator._inference_model()
+    assert next(decoding.parameters()).dtype == torch.bfloat16
+    assert next(model.parameters()).dtype == torch.float32
+    src = sources()
+    with torch.no_grad():
+        full = model.encode(src).memory
+        half = decoding.encode(src).memory
+    torch.testing.assert_close(half.float(), full, atol=0.1, rtol=0.05)
+    fp32 = Translator(model, tokenizers=None, config=GenerationConfig())
+    assert fp32._inference_model() is model
+
+
+def test_from_checkpoint_translates_as_the_model_generates(tmp_path):
+    from odet.data import Tokenizer, TokenizerPair, pad_tokens
+    from odet.inference import load_model_and_tokenizers
+
+    corpus = ["the cat sat on the mat", "a dog runs in the park", "two men walk"] * 10
+    tokenizer = Tokenizer.train(corpus, vocab_size=40)
+    model = Seq2Seq(small_config(vocab_size=tokenizer.vocab_size)).eval()
+    step = tmp_path / "run" / "checkpoints" / "step_0000001"
+    model.save_pretrained(step)
+    TokenizerPair.joint(tokenizer).save(step)
+    (step.parent / "index.json").write_text(
+        '{"checkpoints": [], "last": "step_0000001", "best": "step_0000001"}'
+    )
+    loaded, tokenizers = load_model_and_tokenizers(tmp_path / "run")
+    assert tokenizers.source.to_bytes() == tokenizer.to_bytes()
+    config = GenerationConfig(beam_size=2, max_len_a=0.0, max_len_b=6)
+    translator = Translator.from_checkpoint(tmp_path / "run", config=config)
+    sentences = ["the cat sat", "", "a dog runs in the park"]
+    expected = [
+        tokenizer.decode(
+            loaded.generate(pad_tokens([tokenizer.encode(s)], append_eos=True), 2, max_len=6)[0]
+        )
+        if s
+        else ""
+        for s in sentences
+    ]
+    assert translator.translate(sentences) == expected
+    assert translator.report.empty == 1

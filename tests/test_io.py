@@ -1,0 +1,91 @@
+"""odet.io: the one atomic write — a target is old or new content, never partial, and durable
+(the file and its directory are fsynced before the write returns)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from odet.data import Tokenizer
+from odet.io import atomic_write, write_bytes_atomic
+from odet.models import Seq2Seq, Seq2SeqConfig
+
+
+def test_atomic_write_replaces_content_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "file.bin"
+    write_bytes_atomic(target, b"old")
+    write_bytes_atomic(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert [p.name for p in target.parent.iterdir()] == ["file.bin"]
+
+
+def test_failed_atomic_write_keeps_previous_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "file.bin"
+    target.write_bytes(b"old")
+
+    def broken_replace(source: object, destination: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("odet.io.os.replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_bytes_atomic(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+def test_atomic_write_fsyncs_the_file_before_the_rename_and_the_directory_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    fsync, replace = os.fsync, os.replace
+
+    def record_fsync(fd: int) -> None:
+        events.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        fsync(fd)
+
+    def record_replace(source: object, destination: object) -> None:
+        events.append("rename")
+        replace(source, destination)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("odet.io.os.fsync", record_fsync)
+    monkeypatch.setattr("odet.io.os.replace", record_replace)
+    atomic_write(tmp_path / "a.txt", lambda tmp: tmp.write_text("x"))
+    assert events == ["fsync file", "rename", "fsync dir"]
+    assert (tmp_path / "a.txt").read_text() == "x"
+    assert oct((tmp_path / "a.txt").stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_a_failing_writer_leaves_no_file(tmp_path: Path) -> None:
+    def broken(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise RuntimeError("writer failed")
+
+    with pytest.raises(RuntimeError, match="writer failed"):
+        atomic_write(tmp_path / "a.txt", broken)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_models_and_tokenizers_write_through_the_one_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[str] = []
+    real = atomic_write
+
+    def spy(path: object, write: object) -> None:
+        written.append(Path(str(path)).name)
+        real(path, write)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("odet.io.atomic_write", spy)
+    monkeypatch.setattr("odet.models.serialization.atomic_write", spy)
+    config = Seq2SeqConfig(vocab_size=20, d_model=8, num_heads=2, ffn_dim=16, encoder_layers=1,
+                           decoder_layers=1)  # fmt: skip
+    Seq2Seq(config).save_pretrained(tmp_path / "model")
+    Tokenizer.train(["the cat sat on the mat", "a dog runs"] * 10, vocab_size=20).save(
+        tmp_path / "tok.model"
+    )
+    assert written == ["model.safetensors", "config.json", "tok.model"]
