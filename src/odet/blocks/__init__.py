@@ -1,7 +1,7 @@
 """ODE blocks: RK steps over shared layers, their coefficient schemes, and stacks of them
 (one-step, multistep, DLCL, predictor–corrector, implicit)."""
 
-from odet.blocks.base import Stack
+from odet.blocks.base import STAGE_CACHES, Stack, StackResult, stage_evaluator
 from odet.blocks.coefficients import (
     COEFFICIENTS,
     Coefficients,
@@ -34,6 +34,7 @@ from odet.blocks.stack import (
 __all__ = [
     "COEFFICIENTS",
     "STACK_METHODS",
+    "STAGE_CACHES",
     "AdamsBashforthStack",
     "CoefficientScheme",
     "Coefficients",
@@ -52,9 +53,11 @@ __all__ = [
     "Stack",
     "StackMethod",
     "StackOptions",
+    "StackResult",
     "build_continuous_encoder",
     "build_stack",
     "coefficient_problem",
     "make_coefficients",
     "merge_stats",
+    "stage_evaluator",
 ]

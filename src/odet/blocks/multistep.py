@@ -37,22 +37,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from odet.blocks.base import Stack, arguments_of
+from odet.blocks.base import Stack, arguments_of, stage_evaluator
 from odet.blocks.coefficients import Coefficients, FixedCoefficients, LearnedCoefficients
 from odet.blocks.ode_block import ODEBlock
 from odet.ode.multistep import History, adams_bashforth_coefficients
 
 MultistepScheme = Literal["fixed", "learned"]
 MULTISTEP_SCHEMES: tuple[MultistepScheme, ...] = ("fixed", "learned")
-
-
-def _stage_cache(cache: Sequence[Any] | None) -> dict[str, Any]:
-    """The field's ``cache`` argument of a one-stage block (none without a decoder state)."""
-    if cache is None:
-        return {}
-    if len(cache) != 1:
-        raise ValueError(f"a one-stage block expects 1 stage cache, got {len(cache)}")
-    return {"cache": cache[0]}
 
 
 class MultistepBlock(nn.Module):
@@ -94,7 +85,8 @@ class MultistepBlock(nn.Module):
         **field_kwargs: Any,
     ) -> tuple[Tensor, History]:
         """``y (B, T, D)`` and the earlier derivatives → ``(y_next, history with f_l)``."""
-        history = history.push(self.field(y, **_stage_cache(cache), **field_kwargs))
+        evaluate = stage_evaluator(self.field, self.num_stages, cache, field_kwargs)
+        history = history.push(evaluate(0, y))
         if len(history) < self.steps:
             raise ValueError(
                 f"a {self.steps}-step block got a history of {len(history)} derivatives"

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
+from odet.blocks.base import stage_evaluator
 from odet.blocks.coefficients import (
     Coefficients,
     FixedCoefficients,
@@ -90,14 +91,7 @@ class PredictorCorrectorBlock(nn.Module):
         self, y: Tensor, *, cache: Sequence[Any] | None = None, **field_kwargs: Any
     ) -> Tensor:
         """``y (B, T, D) -> y_next (B, T, D)``; ``cache`` holds one entry per stage."""
-        if cache is not None and len(cache) != self.num_stages:
-            raise ValueError(f"expected {self.num_stages} stage caches, got {len(cache)}")
-
-        def evaluate(i: int, z: Tensor) -> Tensor:
-            if cache is None:
-                return self.field(z, **field_kwargs)
-            return self.field(z, cache=cache[i], **field_kwargs)
-
+        evaluate = stage_evaluator(self.field, self.num_stages, cache, field_kwargs)
         k = rk_stages(evaluate, y, self.tableau, self.h)
         prediction = y + self.h * self.predictor_coefficients(k)
         k.append(evaluate(len(k), prediction))
