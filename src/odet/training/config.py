@@ -193,8 +193,8 @@ class TrainConfig:
         )
         check(
             not self.optim.arclength_weight
-            or (model.encoder_method == "adaptive" and model.continuous.arclength),
-            "optim.arclength_weight > 0 needs model.encoder_method: adaptive with "
+            or (model.encoder_method == "continuous" and model.continuous.arclength),
+            "optim.arclength_weight > 0 needs model.encoder_method: continuous with "
             "model.continuous.arclength: true",
         )
 
