@@ -3,13 +3,16 @@
 
 from odet.blocks.base import STAGE_CACHES, Stack, StackResult, stage_evaluator
 from odet.blocks.coefficients import (
+    ANY_STAGE_SCHEMES,
     COEFFICIENTS,
+    GATED_SCHEMES,
     Coefficients,
     CoefficientScheme,
     EMACoefficients,
     FixedCoefficients,
     GatedCoefficients,
     LearnedCoefficients,
+    SchemeEntry,
     make_coefficients,
 )
 from odet.blocks.continuous import (
@@ -32,7 +35,9 @@ from odet.blocks.stack import (
 )
 
 __all__ = [
+    "ANY_STAGE_SCHEMES",
     "COEFFICIENTS",
+    "GATED_SCHEMES",
     "STACK_METHODS",
     "STAGE_CACHES",
     "AdamsBashforthStack",
@@ -50,6 +55,7 @@ __all__ = [
     "ODEBlock",
     "PredictorCorrectorBlock",
     "RungeKuttaStack",
+    "SchemeEntry",
     "Stack",
     "StackMethod",
     "StackOptions",

@@ -32,18 +32,19 @@ it is recomputed in the same forward, so it needs no cache of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
 
 from odet.blocks.base import Stack, arguments_of, stage_evaluator
-from odet.blocks.coefficients import Coefficients, FixedCoefficients, LearnedCoefficients
+from odet.blocks.coefficients import Coefficients, check_scheme, fixed_or_learned
 from odet.blocks.ode_block import ODEBlock
 from odet.ode.multistep import History, adams_bashforth_coefficients
 
 MultistepScheme = Literal["fixed", "learned"]
-MULTISTEP_SCHEMES: tuple[MultistepScheme, ...] = ("fixed", "learned")
+"""Multistep weights ``β`` are kept or learned (the other schemes weigh RK stages)."""
+MULTISTEP_SCHEMES: tuple[MultistepScheme, ...] = get_args(MultistepScheme)
 
 
 class MultistepBlock(nn.Module):
@@ -65,16 +66,10 @@ class MultistepBlock(nn.Module):
         coefficients: MultistepScheme = "fixed",
     ):
         super().__init__()
-        if coefficients not in MULTISTEP_SCHEMES:
-            raise ValueError(
-                f"unknown multistep coefficient scheme {coefficients!r}; "
-                f"choose one of {list(MULTISTEP_SCHEMES)}"
-            )
+        check_scheme(coefficients, MULTISTEP_SCHEMES, "multistep ")
         self.field = field
         self.steps = len(weights)
-        self.coefficients: Coefficients = (
-            FixedCoefficients(weights) if coefficients == "fixed" else LearnedCoefficients(weights)
-        )
+        self.coefficients: Coefficients = fixed_or_learned(coefficients, weights)
 
     def forward(
         self,

@@ -114,13 +114,8 @@ class ClassifierConfig:
     @property
     def field_spec(self) -> FieldSpec:
         """What the encoder's fields are built from."""
-        return FieldSpec(
-            self.d_model,
-            self.num_heads,
-            self.ffn_dim,
-            dropout=self.dropout,
-            activation=self.activation,
-        )
+        widths = (self.d_model, self.num_heads, self.ffn_dim)
+        return FieldSpec(*widths, dropout=self.dropout, activation=self.activation)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "model") -> ClassifierConfig:

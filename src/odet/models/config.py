@@ -203,17 +203,14 @@ class Seq2SeqConfig:
     @property
     def field_spec(self) -> FieldSpec:
         """What the encoder and decoder fields are built from."""
+        same = ("dropout", "attention_dropout", "activation_dropout", "activation", "stage_norm")
         return FieldSpec(
             self.d_model,
             self.num_heads,
             self.ffn_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            activation_dropout=self.activation_dropout,
-            activation=self.activation,
             convention=self.field_convention,
-            stage_norm=self.stage_norm,
             norm_eps=self.norm_eps,
+            **{key: getattr(self, key) for key in same},
         )
 
     def stack_options(self, coefficients: CoefficientScheme) -> StackOptions:

@@ -120,16 +120,25 @@ class FieldOutput(nn.Module):
         return out if self.norm is None else self.norm(out)
 
 
-class EncoderField(nn.Module):
-    """``F(z) = a + FFN(LN(z + a))``, ``a = SelfAttn(LN z)``: ``(B, T, D) -> (B, T, D)``.
-
-    ``options``: the other fields of :class:`FieldSpec`.
-    """
+class _LayerField(nn.Module):
+    """A field built from ``FieldSpec(d_model, num_heads, ffn_dim, **options)`` by ``_build``."""
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, **options: Any):
         super().__init__()
-        spec = FieldSpec(d_model, num_heads, ffn_dim, **options)
         self.d_model = d_model
+        self._build(FieldSpec(d_model, num_heads, ffn_dim, **options))
+
+    def _build(self, spec: FieldSpec) -> None:
+        raise NotImplementedError
+
+
+class EncoderField(_LayerField):
+    """``F(z) = a + FFN(LN(z + a))``, ``a = SelfAttn(LN z)``: ``(B, T, D) -> (B, T, D)``.
+
+    Built from ``FieldSpec(d_model, num_heads, ffn_dim, **options)``.
+    """
+
+    def _build(self, spec: FieldSpec) -> None:
         self.attn_norm = spec.norm()
         self.self_attn = spec.self_attention()
         self.ffn_norm = spec.norm()
@@ -144,22 +153,22 @@ class EncoderField(nn.Module):
         return self.output(z, a + f)
 
 
-class DecoderField(nn.Module):
+class DecoderField(_LayerField):
     """Causal self-attention, cross-attention to the encoder memory and FFN, as a field.
 
     ``cache`` holds this stage's self-attention keys/values (one per (block, stage), since every
     stage of an RK block sees a different input); ``memory_kv`` holds the block's projected
-    memory, shared by all its stages. ``options``: the other fields of :class:`FieldSpec`.
+    memory, shared by all its stages. Built from ``FieldSpec(d_model, num_heads, ffn_dim,
+    **options)``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, **options: Any):
-        super().__init__()
-        spec = FieldSpec(d_model, num_heads, ffn_dim, **options)
-        self.d_model = d_model
+    def _build(self, spec: FieldSpec) -> None:
         self.self_attn_norm = spec.norm()
         self.self_attn = spec.self_attention()
         self.cross_attn_norm = spec.norm()
-        self.cross_attn = CrossAttention(d_model, num_heads, dropout=spec.attention_dropout)
+        self.cross_attn = CrossAttention(
+            spec.d_model, spec.num_heads, dropout=spec.attention_dropout
+        )
         self.ffn_norm = spec.norm()
         self.ffn = spec.feed_forward()
         self.dropout = Dropout(spec.dropout)
