@@ -8,8 +8,8 @@
   with ``W`` and ``b`` zero at init (so ``g = ½``, Heun's method, and the block starts as the
   textbook RK2). The logit no longer grows with ``‖k‖``: with ``gated``, a field whose outputs
   grow during training drives ``|W [k1; k2]|`` to tens and the gate saturates at 0 or 1, after
-  which one of the two evaluations gets almost no gradient (measured on DialogSum:
-  results/dialogsum/README.md). Same parameter count as ``gated`` (the norm has no affine).
+  which one of the two evaluations gets almost no gradient (as on DialogSum, see the
+  project's results). Same parameter count as ``gated`` (the norm has no affine).
 - ``ema`` (PCformer-style exponential moving average over stages, ``α = sigmoid(θ)`` learnable,
   ``α = ½`` at init): the latest stage gets ``α``, the one before ``α(1 − α)``, …, ``k_2`` gets
   ``α(1 − α)^{s−2}``, and ``k_1`` the remaining ``(1 − α)^{s−1}``, so the weights always sum to one
