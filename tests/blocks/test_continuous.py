@@ -191,8 +191,8 @@ def test_merge_stats_keeps_each_samples_first_failure():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"solver": "rk4"}, r"solver 'rk4' is not an adaptive method of backend 'torchode'"),
-        ({"solver": "tsit5", "fixed_steps": 4}, r"with fixed_steps, solver must be a tableau"),
+        ({"solver": "rk4"}, r"solver = 'rk4' is not an adaptive method of backend 'torchode'"),
+        ({"solver": "tsit5", "fixed_steps": 4}, r"'tsit5' with fixed_steps must be a tableau"),
         ({"solver": "rk4", "fixed_steps": 0}, r"fixed_steps must be a positive int"),
         ({"t1": 0.0}, r"t1 must be a finite number > 0"),
         ({"backend": "scipy"}, r"unknown backend 'scipy'"),

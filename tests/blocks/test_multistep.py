@@ -64,7 +64,7 @@ def test_multistep_block_rejects_a_short_history_and_wrong_cache_count():
     y = torch.zeros(1, 2, 6)
     with pytest.raises(ValueError, match="3-step block got a history of 1 derivatives"):
         block(y, History(capacity=3))
-    with pytest.raises(ValueError, match="expects 1 stage cache, got 2"):
+    with pytest.raises(ValueError, match="expected 1 stage cache, got 2"):
         block(y, History(capacity=3), cache=["a", "b"])
     with pytest.raises(ValueError, match="unknown multistep coefficient scheme 'ema'"):
         MultistepBlock(ZeroField(), (1.0,), "ema")  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ def _all_parity_sequences(lengths: tuple[int, ...]) -> tuple[torch.Tensor, torch
 
 def _model(**overrides) -> SequenceClassifier:
     torch.manual_seed(0)
-    return SequenceClassifier(ClassifierConfig(**{**SMALL, **overrides}))
+    return SequenceClassifier(ClassifierConfig.from_dict({**SMALL, **overrides}))
 
 
 def test_discrete_classifier_learns_parity_of_short_sequences_exactly():
@@ -118,11 +118,13 @@ def test_empty_and_bad_token_inputs_are_rejected():
 )
 def test_bad_configs_are_rejected_with_clear_messages(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        ClassifierConfig(**{**SMALL, **overrides})
+        ClassifierConfig.from_dict({**SMALL, **overrides})
 
 
 def test_from_dict_rejects_unknown_keys_with_a_suggestion_and_round_trips():
     with pytest.raises(ConfigError, match=r"unknown config key 'model.d_modle' \(did you mean"):
         ClassifierConfig.from_dict({**SMALL, "d_modle": 8})
-    config = ClassifierConfig(**SMALL, encoder_method="continuous", fixed_steps=4, solver="rk2")
+    config = ClassifierConfig.from_dict(
+        {**SMALL, "encoder_method": "continuous", "fixed_steps": 4, "solver": "rk2"}
+    )
     assert ClassifierConfig.from_dict(config.to_dict()) == config

@@ -126,3 +126,21 @@ def test_unknown_field_convention_is_rejected():
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match="divisible by num_heads"):
         SelfAttention(10, 3)
+
+
+def test_field_spec_validates_and_builds_every_field():
+    from odet.nn import FieldSpec, TimeConditionedEncoderField
+
+    for bad, message in (
+        ({"d_model": 10, "num_heads": 3}, "divisible by num_heads"),
+        ({"dropout": 1.0}, r"FieldSpec.dropout must lie in \[0, 1\)"),
+        ({"activation": "tanh"}, "unknown activation 'tanh'"),
+        ({"norm_eps": 0.0}, "norm_eps must be > 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            FieldSpec(**{"d_model": D, "num_heads": H, "ffn_dim": FFN, **bad})
+    spec = FieldSpec(D, H, FFN, activation="gelu", norm_eps=1e-6)
+    assert EncoderField(D, H, FFN, activation="gelu", norm_eps=1e-6).ffn_norm.eps == 1e-6
+    assert DecoderField(D, H, FFN, norm_eps=1e-6).cross_attn_norm.eps == spec.norm_eps
+    with pytest.raises(ValueError, match="time-conditioned field returns its update"):
+        TimeConditionedEncoderField(D, H, FFN, convention="layer")

@@ -1,15 +1,18 @@
 """ODE blocks: RK steps over shared layers, their coefficient schemes, and stacks of them
 (one-step, multistep, DLCL, predictor–corrector, implicit)."""
 
-from odet.blocks.base import Stack
+from odet.blocks.base import STAGE_CACHES, Stack, StackResult, stage_evaluator
 from odet.blocks.coefficients import (
+    ANY_STAGE_SCHEMES,
     COEFFICIENTS,
+    GATED_SCHEMES,
     Coefficients,
     CoefficientScheme,
     EMACoefficients,
     FixedCoefficients,
     GatedCoefficients,
     LearnedCoefficients,
+    SchemeEntry,
     make_coefficients,
 )
 from odet.blocks.continuous import (
@@ -32,8 +35,11 @@ from odet.blocks.stack import (
 )
 
 __all__ = [
+    "ANY_STAGE_SCHEMES",
     "COEFFICIENTS",
+    "GATED_SCHEMES",
     "STACK_METHODS",
+    "STAGE_CACHES",
     "AdamsBashforthStack",
     "CoefficientScheme",
     "Coefficients",
@@ -49,12 +55,15 @@ __all__ = [
     "ODEBlock",
     "PredictorCorrectorBlock",
     "RungeKuttaStack",
+    "SchemeEntry",
     "Stack",
     "StackMethod",
     "StackOptions",
+    "StackResult",
     "build_continuous_encoder",
     "build_stack",
     "coefficient_problem",
     "make_coefficients",
     "merge_stats",
+    "stage_evaluator",
 ]

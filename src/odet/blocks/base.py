@@ -1,13 +1,50 @@
-"""What every stack shares: a list of blocks, each over its own field, with a stage count."""
+"""What every stack shares: a list of blocks, each over its own field, with a stage count; the
+result every encoder returns; and the one way a block evaluates its field at a stage."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
+
+from odet.ode import SolveStats
+from odet.ode.runge_kutta import StageFn
+
+STAGE_CACHES = "cache"
+"""The keyword that carries a block's per-stage caches (one entry per stage), and the one its
+field receives at each stage (that stage's entry)."""
+
+
+def stage_evaluator(
+    field: nn.Module,
+    num_stages: int,
+    caches: Sequence[Any] | None,
+    field_kwargs: Mapping[str, Any],
+) -> StageFn:
+    """``f(i, z)``: the field at stage ``i``, ``field(z, cache=caches[i], **field_kwargs)``.
+
+    Without ``caches`` (no decoder state) the field gets no cache argument at all; with them,
+    there must be one per stage (the decoder's (block, stage) self-attention caches).
+    """
+    if caches is None:
+        return lambda i, z: field(z, **field_kwargs)
+    if len(caches) != num_stages:
+        noun = "stage cache" if num_stages == 1 else "stage caches"
+        raise ValueError(f"expected {num_stages} {noun}, got {len(caches)}")
+    return lambda i, z: field(z, **{STAGE_CACHES: caches[i]}, **field_kwargs)
+
+
+@dataclass(frozen=True)
+class StackResult:
+    """What an encoder returns: the state ``y (B, T, D)`` and, for continuous encoders, the
+    statistics of their ODE solves (``None`` for discrete stacks)."""
+
+    y: Tensor
+    stats: SolveStats | None = None
 
 
 class Stack(nn.Module):
@@ -29,7 +66,8 @@ class Stack(nn.Module):
 
     def run_block(self, block: nn.Module, *args: Any, **kwargs: Any) -> Any:
         """``block(*args, **kwargs)``, checkpointed when ``checkpoint_blocks`` applies."""
-        if self.checkpoint_blocks and torch.is_grad_enabled() and kwargs.get("cache") is None:
+        caches = kwargs.get(STAGE_CACHES)
+        if self.checkpoint_blocks and torch.is_grad_enabled() and caches is None:
             return checkpoint(block, *args, use_reentrant=False, **kwargs)
         return block(*args, **kwargs)
 
@@ -46,6 +84,11 @@ class Stack(nn.Module):
         **kwargs: Any,
     ) -> Tensor:
         raise NotImplementedError
+
+    def integrate(self, y: Tensor, **kwargs: Any) -> StackResult:
+        """``forward`` as a :class:`StackResult` (no statistics): the result every encoder
+        returns, discrete or continuous (``ContinuousEncoder.integrate``)."""
+        return StackResult(self(y, **kwargs))
 
 
 def arguments_of(

@@ -8,8 +8,8 @@
   with ``W`` and ``b`` zero at init (so ``g = ½``, Heun's method, and the block starts as the
   textbook RK2). The logit no longer grows with ``‖k‖``: with ``gated``, a field whose outputs
   grow during training drives ``|W [k1; k2]|`` to tens and the gate saturates at 0 or 1, after
-  which one of the two evaluations gets almost no gradient (measured on DialogSum:
-  results/dialogsum/README.md). Same parameter count as ``gated`` (the norm has no affine).
+  which one of the two evaluations gets almost no gradient (as on DialogSum, see the
+  project's results). Same parameter count as ``gated`` (the norm has no affine).
 - ``ema`` (PCformer-style exponential moving average over stages, ``α = sigmoid(θ)`` learnable,
   ``α = ½`` at init): the latest stage gets ``α``, the one before ``α(1 − α)``, …, ``k_2`` gets
   ``α(1 − α)^{s−2}``, and ``k_1`` the remaining ``(1 − α)^{s−1}``, so the weights always sum to one
@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -28,8 +29,7 @@ from torch import Tensor, nn
 from odet.ode import ButcherTableau
 
 CoefficientScheme = Literal["fixed", "learned", "gated", "gated_norm", "ema"]
-GATED_SCHEMES: tuple[CoefficientScheme, ...] = ("gated", "gated_norm")
-"""The per-token gate schemes (two-stage methods only)."""
+"""The names of ``COEFFICIENTS`` (a test pins that they agree)."""
 
 
 class Coefficients(nn.Module):
@@ -171,14 +171,47 @@ def _ema(tableau: ButcherTableau, d_model: int | None) -> Coefficients:
     return EMACoefficients(tableau.num_stages)
 
 
-COEFFICIENTS: dict[str, Callable[[ButcherTableau, int | None], Coefficients]] = {
-    "fixed": _fixed,
-    "learned": _learned,
-    "gated": _gated,
-    "gated_norm": _gated_norm,
-    "ema": _ema,
+@dataclass(frozen=True)
+class SchemeEntry:
+    """One coefficient scheme: ``build(tableau, d_model) -> Coefficients``, and whether it
+    combines exactly two stages (a per-token gate); every other scheme takes any stage count."""
+
+    build: Callable[[ButcherTableau, int | None], Coefficients]
+    two_stages_only: bool = False
+
+
+COEFFICIENTS: dict[CoefficientScheme, SchemeEntry] = {
+    "fixed": SchemeEntry(_fixed),
+    "learned": SchemeEntry(_learned),
+    "gated": SchemeEntry(_gated, two_stages_only=True),
+    "gated_norm": SchemeEntry(_gated_norm, two_stages_only=True),
+    "ema": SchemeEntry(_ema),
 }
-"""Coefficient schemes by name: ``factory(tableau, d_model) -> Coefficients``."""
+"""Coefficient schemes by name; adding one is its class and its entry here."""
+
+GATED_SCHEMES: tuple[CoefficientScheme, ...] = tuple(
+    name for name, entry in COEFFICIENTS.items() if entry.two_stages_only
+)
+"""The per-token gate schemes (two-stage methods only)."""
+
+ANY_STAGE_SCHEMES: tuple[CoefficientScheme, ...] = tuple(
+    name for name, entry in COEFFICIENTS.items() if not entry.two_stages_only
+)
+"""The schemes that weigh any number of stages."""
+
+
+def check_scheme(scheme: str, allowed: Sequence[str], kind: str = "") -> None:
+    """Raise ``ValueError`` naming the allowed schemes unless ``scheme`` is one of them."""
+    if scheme not in allowed:
+        raise ValueError(
+            f"unknown {kind}coefficient scheme {scheme!r}; must be one of {list(allowed)}, "
+            f"got {scheme!r}"
+        )
+
+
+def fixed_or_learned(scheme: str, weights: Sequence[float]) -> Coefficients:
+    """``weights`` as they are (``"fixed"``), or learnable scalars initialised to them."""
+    return FixedCoefficients(weights) if scheme == "fixed" else LearnedCoefficients(weights)
 
 
 def make_coefficients(
@@ -192,11 +225,8 @@ def make_coefficients(
         if isinstance(scheme, GatedCoefficients):
             _check_two_stages(tableau)
         return scheme
-    if scheme not in COEFFICIENTS:
-        raise ValueError(
-            f"unknown coefficient scheme {scheme!r}; choose one of {list(COEFFICIENTS)}"
-        )
-    return COEFFICIENTS[scheme](tableau, d_model)
+    check_scheme(scheme, list(COEFFICIENTS))
+    return COEFFICIENTS[scheme].build(tableau, d_model)
 
 
 def _check_two_stages(tableau: ButcherTableau) -> None:

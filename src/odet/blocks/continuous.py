@@ -6,8 +6,9 @@ The N-ODE Transformer (Baier-Reinio & De Sterck, 2020) replaces a stack of resid
 one with a Butcher tableau, whose cost is known in advance and which ``torch.compile`` can
 trace); :class:`ContinuousEncoder` chains several such stacks, one ODE each.
 
-Both return a :class:`~odet.ode.SolveResult` ``(y, stats)``: statistics (NFE per sample,
-accepted/rejected steps, arclength ``∫‖F‖dt``) are returned, never stored on the modules.
+A stack returns a :class:`~odet.ode.SolveResult` ``(y, stats)``, the encoder a
+:class:`~odet.blocks.StackResult` ``(y, stats)`` as every encoder does: statistics (NFE per
+sample, accepted/rejected steps, arclength ``∫‖F‖dt``) are returned, never stored on modules.
 
 Padding: the field's value at padded positions is set to zero, so padded states stay at their
 initial value. Real positions never see them (attention masks padded keys); they add nothing to
@@ -23,41 +24,23 @@ python float (fixed steps) or a ``(B,)`` tensor (adaptive), ``mask (B, T)`` True
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from odet.ode import (
-    ADAPTIVE_METHODS,
-    TABLEAUS,
-    SolveResult,
-    SolveStats,
-    SolveStatus,
-    get_tableau,
-    odeint_adaptive,
-    odeint_fixed,
-)
-from odet.ode.adaptive import AdaptiveBackend, OnFailure
+from odet.blocks.base import StackResult
+from odet.ode import SolveResult, SolverOptions, SolveStats, SolveStatus, solve
 
 
 class ContinuousStack(nn.Module):
-    """``y(t1)`` of ``dy/dt = field(t, y)``, ``y(0) = y``: ``(B, T, D) -> SolveResult``.
+    """``y(t1)`` of ``dy/dt = field(t, y)``, ``y(t0) = y``: ``(B, T, D) -> SolveResult``.
 
     Args:
         field: the vector field (module docstring for its protocol).
-        t1: the integration time ("total depth").
-        solver: an adaptive method of ``backend`` (``odet.ode.ADAPTIVE_METHODS``) when
-            ``fixed_steps`` is None, else a tableau name (``odet.ode.TABLEAUS``, e.g. ``"rk4"``).
-        backend: ``"torchode"`` (per-sample step sizes: depth adapts per input) or
-            ``"torchdiffeq"`` (one step size for the batch).
-        rtol, atol, max_steps, adjoint, on_failure: as in :func:`odet.ode.odeint_adaptive`.
-        fixed_steps: integrate with this many equal steps of tableau ``solver`` instead:
-            ``fixed_steps × stages`` evaluations for every input.
-        arclength: also compute ``∫‖F‖dt`` per sample (norm over all ``T·D`` features),
-            differentiable, in ``stats.arclength`` (for the arclength regulariser).
+        options: how to solve (:class:`~odet.ode.SolverOptions`: interval, adaptive method and
+            tolerances, or ``fixed_steps`` of a tableau, arclength, adjoint, on_failure).
+        **fields: instead of ``options``, its fields as keywords (``SolverOptions(**fields)``).
 
     Example:
         >>> import torch
@@ -69,65 +52,17 @@ class ContinuousStack(nn.Module):
     """
 
     def __init__(
-        self,
-        field: nn.Module,
-        *,
-        t1: float = 1.0,
-        solver: str = "dopri5",
-        backend: AdaptiveBackend = "torchode",
-        rtol: float = 1e-3,
-        atol: float = 1e-3,
-        max_steps: int = 1000,
-        fixed_steps: int | None = None,
-        arclength: bool = False,
-        adjoint: bool = False,
-        on_failure: OnFailure = "raise",
+        self, field: nn.Module, options: SolverOptions | None = None, **fields: Any
     ) -> None:
         super().__init__()
-        if not (math.isfinite(t1) and t1 > 0):
-            raise ValueError(f"t1 must be a finite number > 0, got {t1}")
-        if fixed_steps is None:
-            if backend not in ADAPTIVE_METHODS:
-                raise ValueError(
-                    f"unknown backend {backend!r}; choose one of {list(ADAPTIVE_METHODS)}"
-                )
-            if solver not in ADAPTIVE_METHODS[backend]:
-                raise ValueError(
-                    f"solver {solver!r} is not an adaptive method of backend {backend!r}; "
-                    f"choose one of {list(ADAPTIVE_METHODS[backend])}, or set fixed_steps to "
-                    f"use a tableau ({sorted(TABLEAUS)})"
-                )
-            if rtol < 0 or atol < 0 or rtol + atol == 0:
-                raise ValueError(f"need rtol, atol >= 0, not both 0; got {rtol}, {atol}")
-            if max_steps < 1:
-                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-            if on_failure not in ("raise", "flag"):
-                raise ValueError(f"unknown on_failure {on_failure!r}; allowed: ['raise', 'flag']")
-        else:
-            if isinstance(fixed_steps, bool) or not isinstance(fixed_steps, int) or fixed_steps < 1:
-                raise ValueError(f"fixed_steps must be a positive int or None, got {fixed_steps!r}")
-            if solver not in TABLEAUS:
-                raise ValueError(
-                    f"with fixed_steps, solver must be a tableau; got {solver!r}, choose one of "
-                    f"{sorted(TABLEAUS)}"
-                )
-            if adjoint:
-                raise ValueError("adjoint=True needs an adaptive solver (fixed_steps=None)")
+        if options is not None and fields:
+            raise ValueError(f"pass SolverOptions or its fields {sorted(fields)}, not both")
         self.field = field
-        self.t1 = float(t1)
-        self.solver = solver
-        self.backend = backend
-        self.rtol = rtol
-        self.atol = atol
-        self.max_steps = max_steps
-        self.fixed_steps = fixed_steps
-        self.arclength = arclength
-        self.adjoint = adjoint
-        self.on_failure = on_failure
+        self.options = SolverOptions(**fields) if options is None else options
 
     @property
-    def adaptive(self) -> bool:
-        return self.fixed_steps is None
+    def arclength(self) -> bool:
+        return self.options.arclength
 
     def forward(self, y: Tensor, *, padding_mask: Tensor | None = None) -> SolveResult:
         """``y (B, T, D)``, ``padding_mask (B, T)`` True at padding → ``SolveResult``."""
@@ -144,51 +79,16 @@ class ContinuousStack(nn.Module):
             dz = self.field(t, z, padding_mask=padding_mask)
             return dz if keep is None else dz * keep
 
-        if self.fixed_steps is None:
-            return odeint_adaptive(
-                f, y, 0.0, self.t1, method=self.solver, backend=self.backend, rtol=self.rtol,
-                atol=self.atol, max_steps=self.max_steps, arclength=self.arclength,
-                adjoint=self.adjoint, on_failure=self.on_failure,
-            )  # fmt: skip
-        return self._solve_fixed(f, y, self.fixed_steps)
-
-    def _solve_fixed(
-        self, f: Callable[[float | Tensor, Tensor], Tensor], y: Tensor, steps: int
-    ) -> SolveResult:
-        """Fixed steps; the arclength rides along as an extra state component, integrated by
-        the same tableau (the adaptive path does the same under error control)."""
-        batch, n = y.shape[0], y[0].numel()
-
-        def g(t: float, z: Tensor) -> Tensor:
-            dy = f(t, z[:, :n].reshape(y.shape)).reshape(batch, n)
-            if not self.arclength:
-                return dy
-            return torch.cat([dy, torch.linalg.vector_norm(dy, dim=1, keepdim=True)], dim=1)
-
-        z0 = y.reshape(batch, n)
-        if self.arclength:
-            z0 = torch.cat([z0, z0.new_zeros(batch, 1)], dim=1)
-        z = odeint_fixed(g, z0, 0.0, self.t1, steps, self.solver, autonomous=False)
-        nfe = steps * get_tableau(self.solver).num_stages
-        accepted = torch.full((batch,), steps, dtype=torch.long, device=y.device)
-        stats = SolveStats(
-            nfe=torch.full_like(accepted, nfe),
-            nfe_total=nfe,
-            accepted=accepted,
-            rejected=torch.zeros_like(accepted),
-            t_final=y.new_full((batch,), self.t1),
-            status=(SolveStatus.SUCCESS,) * batch,
-            arclength=z[:, n] if self.arclength else None,
-        )
-        return SolveResult(y=z[:, :n].reshape(y.shape), stats=stats)
+        return solve(f, y, self.options)
 
     def extra_repr(self) -> str:
+        o = self.options
         how = (
-            f"solver={self.solver!r}, backend={self.backend!r}, rtol={self.rtol}, atol={self.atol}"
-            if self.adaptive
-            else f"solver={self.solver!r}, fixed_steps={self.fixed_steps}"
+            f"solver={o.solver!r}, backend={o.backend!r}, rtol={o.rtol}, atol={o.atol}"
+            if o.adaptive
+            else f"solver={o.solver!r}, fixed_steps={o.fixed_steps}"
         )
-        return f"t1={self.t1}, {how}, arclength={self.arclength}"
+        return f"t1={o.t1}, {how}, arclength={o.arclength}"
 
 
 def merge_stats(stats: Sequence[SolveStats]) -> SolveStats:
@@ -216,20 +116,22 @@ def merge_stats(stats: Sequence[SolveStats]) -> SolveStats:
 
 
 def build_continuous_encoder(
-    make_field: Callable[[], nn.Module], num_layers: int, **stack_options: Any
+    make_field: Callable[[], nn.Module],
+    num_layers: int,
+    options: SolverOptions | None = None,
+    **fields: Any,
 ) -> ContinuousEncoder:
     """``num_layers`` continuous stacks, each over a fresh field from ``make_field()`` and
-    built with ``ContinuousStack(field, **stack_options)`` — the continuous analogue of
+    solved with ``options`` (or ``SolverOptions(**fields)``) — the continuous analogue of
     :func:`odet.blocks.build_stack`."""
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-    return ContinuousEncoder(
-        [ContinuousStack(make_field(), **stack_options) for _ in range(num_layers)]
-    )
+    options = SolverOptions(**fields) if options is None else options
+    return ContinuousEncoder([ContinuousStack(make_field(), options) for _ in range(num_layers)])
 
 
 class ContinuousEncoder(nn.Module):
-    """Continuous stacks in sequence, one ODE each: ``(B, T, D) -> SolveResult``.
+    """Continuous stacks in sequence, one ODE each: ``(B, T, D) -> StackResult``.
 
     The result's stats are :func:`merge_stats` of the stacks' (NFE, steps, arclength summed).
     """
@@ -242,11 +144,15 @@ class ContinuousEncoder(nn.Module):
             raise ValueError("all stacks of a ContinuousEncoder must agree on arclength")
         self.stacks = nn.ModuleList(stacks)
 
-    def forward(self, y: Tensor, *, padding_mask: Tensor | None = None) -> SolveResult:
-        """``y (B, T, D)``, ``padding_mask (B, T)`` True at padding → ``SolveResult``."""
+    def forward(self, y: Tensor, *, padding_mask: Tensor | None = None) -> StackResult:
+        """``y (B, T, D)``, ``padding_mask (B, T)`` True at padding → ``StackResult``."""
         all_stats = []
         for stack in self.stacks:
             result = stack(y, padding_mask=padding_mask)
             y = result.y
             all_stats.append(result.stats)
-        return SolveResult(y=y, stats=merge_stats(all_stats))
+        return StackResult(y, merge_stats(all_stats))
+
+    def integrate(self, y: Tensor, *, padding_mask: Tensor | None = None) -> StackResult:
+        """The same as calling the encoder: what every encoder returns (``Stack.integrate``)."""
+        return self(y, padding_mask=padding_mask)

@@ -22,6 +22,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from odet.blocks.base import stage_evaluator
+
 DEFAULT_ITERATIONS = 2
 
 
@@ -52,12 +54,10 @@ class ImplicitEulerBlock(nn.Module):
         self, y: Tensor, *, cache: Sequence[Any] | None = None, **field_kwargs: Any
     ) -> Tensor:
         """``y (B, T, D) -> y_next (B, T, D)``; ``cache`` holds one entry per stage."""
-        if cache is not None and len(cache) != self.num_stages:
-            raise ValueError(f"expected {self.num_stages} stage caches, got {len(cache)}")
+        evaluate = stage_evaluator(self.field, self.num_stages, cache, field_kwargs)
         z = y
         for i in range(self.num_stages):
-            stage_cache = {} if cache is None else {"cache": cache[i]}
-            z = y + self.h * self.field(z, **stage_cache, **field_kwargs)
+            z = y + self.h * evaluate(i, z)
         return z
 
     def extra_repr(self) -> str:

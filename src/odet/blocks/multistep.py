@@ -32,27 +32,19 @@ it is recomputed in the same forward, so it needs no cache of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
 
-from odet.blocks.base import Stack, arguments_of
-from odet.blocks.coefficients import Coefficients, FixedCoefficients, LearnedCoefficients
+from odet.blocks.base import Stack, arguments_of, stage_evaluator
+from odet.blocks.coefficients import Coefficients, check_scheme, fixed_or_learned
 from odet.blocks.ode_block import ODEBlock
 from odet.ode.multistep import History, adams_bashforth_coefficients
 
 MultistepScheme = Literal["fixed", "learned"]
-MULTISTEP_SCHEMES: tuple[MultistepScheme, ...] = ("fixed", "learned")
-
-
-def _stage_cache(cache: Sequence[Any] | None) -> dict[str, Any]:
-    """The field's ``cache`` argument of a one-stage block (none without a decoder state)."""
-    if cache is None:
-        return {}
-    if len(cache) != 1:
-        raise ValueError(f"a one-stage block expects 1 stage cache, got {len(cache)}")
-    return {"cache": cache[0]}
+"""Multistep weights ``β`` are kept or learned (the other schemes weigh RK stages)."""
+MULTISTEP_SCHEMES: tuple[MultistepScheme, ...] = get_args(MultistepScheme)
 
 
 class MultistepBlock(nn.Module):
@@ -74,16 +66,10 @@ class MultistepBlock(nn.Module):
         coefficients: MultistepScheme = "fixed",
     ):
         super().__init__()
-        if coefficients not in MULTISTEP_SCHEMES:
-            raise ValueError(
-                f"unknown multistep coefficient scheme {coefficients!r}; "
-                f"choose one of {list(MULTISTEP_SCHEMES)}"
-            )
+        check_scheme(coefficients, MULTISTEP_SCHEMES, "multistep ")
         self.field = field
         self.steps = len(weights)
-        self.coefficients: Coefficients = (
-            FixedCoefficients(weights) if coefficients == "fixed" else LearnedCoefficients(weights)
-        )
+        self.coefficients: Coefficients = fixed_or_learned(coefficients, weights)
 
     def forward(
         self,
@@ -94,7 +80,8 @@ class MultistepBlock(nn.Module):
         **field_kwargs: Any,
     ) -> tuple[Tensor, History]:
         """``y (B, T, D)`` and the earlier derivatives → ``(y_next, history with f_l)``."""
-        history = history.push(self.field(y, **_stage_cache(cache), **field_kwargs))
+        evaluate = stage_evaluator(self.field, self.num_stages, cache, field_kwargs)
+        history = history.push(evaluate(0, y))
         if len(history) < self.steps:
             raise ValueError(
                 f"a {self.steps}-step block got a history of {len(history)} derivatives"

@@ -7,6 +7,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from odet.blocks.base import stage_evaluator
 from odet.blocks.coefficients import Coefficients, CoefficientScheme, make_coefficients
 from odet.ode import ButcherTableau, get_tableau, rk_stages
 
@@ -61,14 +62,7 @@ class ODEBlock(nn.Module):
         ``cache``, if given, holds one entry per stage; stage ``i`` receives ``cache=cache[i]``
         (the decoder's per-stage self-attention caches). Other keyword arguments reach every stage.
         """
-        if cache is not None and len(cache) != self.num_stages:
-            raise ValueError(f"expected {self.num_stages} stage caches, got {len(cache)}")
-
-        def evaluate(i: int, z: Tensor) -> Tensor:
-            if cache is None:
-                return self.field(z, **field_kwargs)
-            return self.field(z, cache=cache[i], **field_kwargs)
-
+        evaluate = stage_evaluator(self.field, self.num_stages, cache, field_kwargs)
         return rk_stages(evaluate, y, self.tableau, self.h)
 
     def forward(

@@ -26,20 +26,23 @@ blocks' derivatives. Every evaluation of ``F`` is a decoder stage with its own c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from torch import Tensor, nn
 
+from odet.blocks.base import stage_evaluator
 from odet.blocks.coefficients import (
+    ANY_STAGE_SCHEMES,
     Coefficients,
-    FixedCoefficients,
-    LearnedCoefficients,
+    CoefficientScheme,
+    check_scheme,
+    fixed_or_learned,
     make_coefficients,
 )
 from odet.ode import ButcherTableau, get_tableau, rk_stages
 
-PCScheme = Literal["fixed", "learned", "ema"]
-PC_SCHEMES: tuple[PCScheme, ...] = ("fixed", "learned", "ema")
+PC_SCHEMES: tuple[CoefficientScheme, ...] = ANY_STAGE_SCHEMES
+"""The predictor's weights follow any scheme that weighs any number of stages."""
 
 
 def trapezoidal_corrector_weights(num_predictor_stages: int) -> tuple[float, ...]:
@@ -62,23 +65,17 @@ class PredictorCorrectorBlock(nn.Module):
         self,
         field: nn.Module,
         predictor: str | ButcherTableau = "rk2",
-        coefficients: PCScheme = "fixed",
+        coefficients: CoefficientScheme = "fixed",
         *,
         h: float = 1.0,
     ):
         super().__init__()
-        if coefficients not in PC_SCHEMES:
-            raise ValueError(
-                f"predictor–corrector coefficients must be one of {list(PC_SCHEMES)}, "
-                f"got {coefficients!r}"
-            )
+        check_scheme(coefficients, PC_SCHEMES, "predictor–corrector ")
         self.field = field
         self.tableau = get_tableau(predictor)
         self.predictor_coefficients = make_coefficients(coefficients, self.tableau)
         gamma = trapezoidal_corrector_weights(self.tableau.num_stages)
-        self.corrector_coefficients: Coefficients = (
-            FixedCoefficients(gamma) if coefficients == "fixed" else LearnedCoefficients(gamma)
-        )
+        self.corrector_coefficients: Coefficients = fixed_or_learned(coefficients, gamma)
         self.h = h
 
     @property
@@ -90,14 +87,7 @@ class PredictorCorrectorBlock(nn.Module):
         self, y: Tensor, *, cache: Sequence[Any] | None = None, **field_kwargs: Any
     ) -> Tensor:
         """``y (B, T, D) -> y_next (B, T, D)``; ``cache`` holds one entry per stage."""
-        if cache is not None and len(cache) != self.num_stages:
-            raise ValueError(f"expected {self.num_stages} stage caches, got {len(cache)}")
-
-        def evaluate(i: int, z: Tensor) -> Tensor:
-            if cache is None:
-                return self.field(z, **field_kwargs)
-            return self.field(z, cache=cache[i], **field_kwargs)
-
+        evaluate = stage_evaluator(self.field, self.num_stages, cache, field_kwargs)
         k = rk_stages(evaluate, y, self.tableau, self.h)
         prediction = y + self.h * self.predictor_coefficients(k)
         k.append(evaluate(len(k), prediction))

@@ -24,10 +24,12 @@ from torch import Tensor, nn
 
 from odet.blocks.base import Stack, arguments_of
 from odet.blocks.coefficients import (
+    ANY_STAGE_SCHEMES,
     COEFFICIENTS,
     GATED_SCHEMES,
     Coefficients,
     CoefficientScheme,
+    check_scheme,
     make_coefficients,
 )
 from odet.blocks.implicit import DEFAULT_ITERATIONS, ImplicitEulerBlock
@@ -80,11 +82,7 @@ class StackOptions:
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        if self.coefficients not in COEFFICIENTS:
-            raise ValueError(
-                f"unknown coefficient scheme {self.coefficients!r}; "
-                f"choose one of {list(COEFFICIENTS)}"
-            )
+        check_scheme(self.coefficients, list(COEFFICIENTS))
         if self.d_model is not None and self.d_model < 1:
             raise ValueError(f"d_model must be >= 1, got {self.d_model}")
         if not isinstance(self.iterations, int) or self.iterations < 0:
@@ -178,9 +176,9 @@ def _build_implicit_euler(
 def _runge_kutta_method(tableau: ButcherTableau) -> StackMethod:
     schemes: tuple[CoefficientScheme, ...] = ()
     if tableau.num_stages == 2:
-        schemes = ("fixed", "learned", *GATED_SCHEMES, "ema")
+        schemes = tuple(COEFFICIENTS)
     elif tableau.num_stages > 2:
-        schemes = ("fixed", "learned", "ema")
+        schemes = ANY_STAGE_SCHEMES
     build = functools.partial(_build_runge_kutta, tableau)
     return StackMethod("runge_kutta", build, schemes, tableau.num_stages)
 

@@ -61,6 +61,7 @@ from odet.models.classifier import (
     SequenceClassifier,
     classification_loss,
 )
+from odet.models.config import CONTINUOUS
 from odet.ode import get_tableau
 
 # ------------------------------------------------------------------------------------ config
@@ -137,7 +138,8 @@ class ParityExperimentConfig:
         for variant in self.variants:
             config = self.classifier_config(variant)  # validates the merged keys
             check(
-                variant.arclength_weight == 0 or (config.continuous and config.arclength),
+                variant.arclength_weight == 0
+                or (config.encoder_method == CONTINUOUS and config.continuous.arclength),
                 f"variant {variant.name!r}: arclength_weight > 0 needs "
                 f"encoder_method='continuous' (with arclength: true)",
             )
@@ -152,10 +154,10 @@ class ParityExperimentConfig:
         arclength unless told not to (it is reported even when unpenalised)."""
         data: dict[str, Any] = {"vocab_size": VOCAB_SIZE, "pad_id": PAD_ID, **self.model}
         data.update(variant.model)
-        if data.get("encoder_method") == "continuous":
+        if data.get("encoder_method") == CONTINUOUS:
             data.setdefault("arclength", True)
         try:
-            return from_dict(ClassifierConfig, data, where=f"variants[{variant.name}].model")
+            return ClassifierConfig.from_dict(data, where=f"variants[{variant.name}].model")
         except ConfigError as err:
             raise ConfigError(str(err)) from None
 
@@ -463,7 +465,7 @@ def _evaluate(
     batch_size = config.training.eval_batch_size
     discrete_nfe = (
         0
-        if model_config.continuous
+        if model_config.encoder_method == CONTINUOUS
         else model_config.encoder_layers * get_tableau(model_config.encoder_method).num_stages
     )
     val_correct = sum(
@@ -521,13 +523,14 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
 
 
 def _describe_encoder(c: ClassifierConfig) -> str:
-    if c.continuous:
+    if c.encoder_method == CONTINUOUS:
+        ode = c.continuous
         how = (
-            f"{c.solver} rtol={c.rtol:g}"
-            if c.fixed_steps is None
-            else f"{c.solver}×{c.fixed_steps} fixed"
+            f"{ode.solver} rtol={ode.rtol:g}"
+            if ode.fixed_steps is None
+            else f"{ode.solver}×{ode.fixed_steps} fixed"
         )
-        return f"continuous {c.encoder_layers}×[{how}, t={c.time_conditioning}]"
+        return f"continuous {c.encoder_layers}×[{how}, t={ode.time_conditioning}]"
     tied = ", tied" if c.share_layers and c.encoder_layers > 1 else ""
     return f"{c.encoder_method} ×{c.encoder_layers}{tied}"
 
@@ -704,7 +707,9 @@ def _plot(results: ParityResults, summaries: Sequence[VariantSummary]) -> None:
     adaptive = {
         v.name
         for v in config.variants
-        if (c := config.classifier_config(v)).continuous and c.fixed_steps is None and c.arclength
+        if (c := config.classifier_config(v)).encoder_method == CONTINUOUS
+        and c.continuous.fixed_steps is None
+        and c.continuous.arclength
     }
     swept = sorted((v for v in summaries if v.name in adaptive), key=lambda v: v.arclength_weight)
     if not swept:

@@ -13,65 +13,77 @@ arclength) come back with the logits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from odet.blocks import STACK_METHODS, build_stack
-from odet.blocks.continuous import build_continuous_encoder
-from odet.config import check, check_types, from_dict, suggest, to_dict
-from odet.models.config import ContinuousEncoderConfig
-from odet.nn import EncoderField, SinusoidalPositions, TokenEmbedding
-from odet.nn.time import TimeConditionedEncoderField
+from odet.blocks import STACK_METHODS, CoefficientScheme, StackOptions
+from odet.config import ConfigError, check, check_types, from_dict, suggest, to_dict
+from odet.models.config import CONTINUOUS, ContinuousEncoderConfig, canonical_encoder_method
+from odet.models.encoder import Encoder, build_encoder
+from odet.nn import Activation, FieldSpec, SinusoidalPositions, TokenEmbedding
 from odet.ode import SolveStats
 
-CONTINUOUS = "continuous"
+CLASSIFIER_CONTINUOUS: dict[str, Any] = {"time_conditioning": "none"}
+"""Where the classifier's continuous encoder differs from ``ContinuousEncoderConfig()``."""
+
+CONTINUOUS_KEYS = frozenset(f.name for f in fields(ContinuousEncoderConfig))
+"""The continuous encoder's keys, which a classifier config may also give flat (as before #20)."""
 
 
 @dataclass(frozen=True)
 class ClassifierConfig:
     """A sequence classifier (see module docstring).
 
-    Discrete encoders use ``coefficients``/``share_layers``; continuous ones use the solver keys
-    (``solver`` is an adaptive method of ``backend``, or a tableau when ``fixed_steps`` is set),
-    ``time_conditioning``, ``layer_norm`` (False: the N-ODE Transformer's field, without layer
-    norm) and ``arclength`` (compute ``∫‖F‖dt``, needed by the arclength regulariser).
+    Discrete encoders use ``coefficients``/``share_layers``; the continuous one uses
+    ``continuous``, whose keys (solver, tolerances, ``time_conditioning``, ``layer_norm`` …) a
+    config mapping may also give flat, beside the others (``from_dict``).
     """
 
     vocab_size: int
+    """Vocabulary size."""
     num_classes: int = 2
+    """Output classes."""
     d_model: int = 64
+    """Feature width ``D``."""
     num_heads: int = 4
+    """Attention heads per layer."""
     ffn_dim: int = 128
+    """Hidden width of the feed-forward sublayers."""
     encoder_method: str = "euler"
+    """A name of ``STACK_METHODS`` or ``"continuous"`` (alias ``"adaptive"``)."""
     encoder_layers: int = 1
-    coefficients: Literal["fixed", "learned", "gated", "gated_norm", "ema"] = "fixed"
+    """Blocks (discrete) or ODE stacks (continuous)."""
+    coefficients: CoefficientScheme = "fixed"
+    """How discrete blocks weigh their stages."""
     share_layers: bool = False
+    """Tie every discrete block to one layer."""
     pooling: Literal["mean", "cls"] = "mean"
+    """Mean over non-padding positions, or a learned CLS token."""
     final_norm: bool = True
-    layer_norm: bool = True
-    time_conditioning: Literal["none", "concat", "embedding", "film"] = "none"
-    max_frequency: float = 10.0
-    t1: float = 1.0
-    solver: str = "dopri5"
-    backend: Literal["torchode", "torchdiffeq"] = "torchode"
-    rtol: float = 1e-3
-    atol: float = 1e-3
-    max_steps: int = 1000
-    fixed_steps: int | None = None
-    arclength: bool = False
-    on_failure: Literal["raise", "flag"] = "raise"
+    """Layer norm before pooling."""
+    continuous: ContinuousEncoderConfig = field(
+        default_factory=lambda: ContinuousEncoderConfig(**CLASSIFIER_CONTINUOUS)
+    )
+    """Solver and field of the continuous encoder (autonomous by default)."""
     dropout: float = 0.0
-    activation: Literal["relu", "gelu"] = "relu"
+    """Dropout on sublayer outputs."""
+    activation: Activation = "relu"
+    """The feed-forward activation."""
     max_positions: int = 1024
+    """Length of the sinusoidal position table."""
     scale_embeddings: bool = True
+    """Multiply embeddings by ``√D``."""
     pad_id: int = 0
+    """Padding token id."""
 
     def __post_init__(self) -> None:
         check_types(self)
+        object.__setattr__(self, "encoder_method", canonical_encoder_method(self.encoder_method))
         name = "ClassifierConfig"
         for key in ("vocab_size", "d_model", "num_heads", "ffn_dim", "encoder_layers"):
             value = getattr(self, key)
@@ -93,38 +105,36 @@ class ClassifierConfig:
             f"{name}.pad_id = {self.pad_id} is outside the vocabulary of {self.vocab_size}",
         )
         check(self.max_positions >= 1, f"{name}.max_positions must be >= 1")
-        if self.encoder_method == CONTINUOUS:
-            self._check_continuous(name)
-        else:
-            check(
-                self.time_conditioning == "none",
-                f"{name}.time_conditioning = {self.time_conditioning!r} needs "
-                f"encoder_method='continuous' (discrete fields are autonomous)",
-            )
-
-    def _check_continuous(self, name: str) -> None:
-        check(self.max_frequency >= 1.0, f"{name}.max_frequency must be >= 1")
-        ContinuousEncoderConfig(  # the same solver rules as Seq2Seq's continuous encoder
-            time_conditioning=self.time_conditioning,
-            layer_norm=self.layer_norm,
-            t1=self.t1,
-            solver=self.solver,
-            backend=self.backend,
-            rtol=self.rtol,
-            atol=self.atol,
-            max_steps=self.max_steps,
-            fixed_steps=self.fixed_steps,
-            arclength=self.arclength,
+        check(
+            self.encoder_method == CONTINUOUS or self.continuous.time_conditioning == "none",
+            f"{name}.time_conditioning = {self.continuous.time_conditioning!r} needs "
+            f"encoder_method='continuous' (discrete fields are autonomous)",
         )
 
     @property
-    def continuous(self) -> bool:
-        return self.encoder_method == CONTINUOUS
+    def field_spec(self) -> FieldSpec:
+        """What the encoder's fields are built from."""
+        widths = (self.d_model, self.num_heads, self.ffn_dim)
+        return FieldSpec(*widths, dropout=self.dropout, activation=self.activation)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClassifierConfig:
-        """Build from a mapping (e.g. YAML); unknown keys are errors naming the closest key."""
-        return from_dict(cls, data, where="model")
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "model") -> ClassifierConfig:
+        """Build from a mapping (e.g. YAML); unknown keys are errors naming the closest key.
+
+        The continuous encoder's keys may stand flat beside the others (the layout before #20,
+        kept by old configs and checkpoints) or under ``continuous``, not both.
+        """
+        flat = {key: value for key, value in data.items() if key in CONTINUOUS_KEYS}
+        nested = data.get("continuous", {})
+        if flat and nested:
+            raise ConfigError(
+                f"{where}: give the continuous encoder's keys {sorted(flat)} flat or under "
+                f"'continuous', not both"
+            )
+        if isinstance(nested, Mapping):
+            rest = {key: value for key, value in data.items() if key not in CONTINUOUS_KEYS}
+            data = {**rest, "continuous": {**CLASSIFIER_CONTINUOUS, **flat, **nested}}
+        return from_dict(cls, data, where=where)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -143,8 +153,8 @@ class SequenceClassifier(nn.Module):
 
     Example:
         >>> import torch
-        >>> cfg = ClassifierConfig(vocab_size=3, d_model=16, num_heads=2, ffn_dim=32,
-        ...                        encoder_method="continuous", time_conditioning="film")
+        >>> cfg = ClassifierConfig.from_dict(dict(vocab_size=3, d_model=16, num_heads=2,
+        ...     ffn_dim=32, encoder_method="continuous", time_conditioning="film"))
         >>> out = SequenceClassifier(cfg)(torch.tensor([[1, 2, 2], [2, 1, 0]]))
         >>> out.logits.shape, out.stats.nfe.shape
         (torch.Size([2, 2]), torch.Size([2]))
@@ -158,7 +168,14 @@ class SequenceClassifier(nn.Module):
         self.cls = (
             nn.Parameter(torch.randn(c.d_model) * c.d_model**-0.5) if c.pooling == "cls" else None
         )
-        self.encoder: nn.Module = _build_encoder(c)
+        self.encoder: Encoder = build_encoder(
+            c.encoder_method,
+            c.field_spec,
+            c.encoder_layers,
+            stack=StackOptions(c.coefficients, c.d_model),
+            continuous=c.continuous,
+            share_layers=c.share_layers,
+        )
         self.norm = nn.LayerNorm(c.d_model) if c.final_norm else nn.Identity()
         self.head = nn.Linear(c.d_model, c.num_classes)
 
@@ -178,50 +195,17 @@ class SequenceClassifier(nn.Module):
             x = torch.cat([self.cls.expand(x.shape[0], 1, -1), x], dim=1)  # (B, 1 + T, D)
             padding_mask = F.pad(padding_mask, (1, 0), value=False)
         x = x + self.positions(x.shape[1])
-        stats = None
-        if c.continuous:
-            result = self.encoder(x, padding_mask=padding_mask)
-            x, stats = result.y, result.stats
-        else:
-            x = self.encoder(x, padding_mask=padding_mask)
-        x = self.norm(x)
+        out = self.encoder.integrate(x, padding_mask=padding_mask)
+        x = self.norm(out.y)
         if self.cls is not None:
             pooled = x[:, 0]  # (B, D)
         else:
             keep = (~padding_mask).unsqueeze(-1).to(x.dtype)  # (B, T, 1)
             pooled = (x * keep).sum(dim=1) / keep.sum(dim=1)
-        return ClassifierOutput(self.head(pooled), stats)
+        return ClassifierOutput(self.head(pooled), out.stats)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def _build_encoder(c: ClassifierConfig) -> nn.Module:
-    if c.continuous:
-        return build_continuous_encoder(
-            lambda: TimeConditionedEncoderField(
-                c.d_model, c.num_heads, c.ffn_dim, time_conditioning=c.time_conditioning,
-                layer_norm=c.layer_norm, max_frequency=c.max_frequency, dropout=c.dropout,
-                activation=c.activation,
-            ),
-            c.encoder_layers, t1=c.t1, solver=c.solver, backend=c.backend, rtol=c.rtol,
-            atol=c.atol, max_steps=c.max_steps, fixed_steps=c.fixed_steps,
-            arclength=c.arclength, on_failure=c.on_failure,
-        )  # fmt: skip
-
-    def make_field() -> EncoderField:
-        return EncoderField(
-            c.d_model, c.num_heads, c.ffn_dim, dropout=c.dropout, activation=c.activation
-        )
-
-    shared = make_field() if c.share_layers else None
-    return build_stack(
-        c.encoder_method,
-        (lambda: shared) if shared is not None else make_field,
-        c.encoder_layers,
-        coefficients=c.coefficients,
-        d_model=c.d_model,
-    )
 
 
 @dataclass(frozen=True)

@@ -1,66 +1,59 @@
-"""The model configuration: typed, validated on construction, serialisable."""
+"""The model configurations: typed, validated on construction, serialisable."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-from odet.blocks import STACK_METHODS, coefficient_problem
+from odet.blocks import STACK_METHODS, CoefficientScheme, StackOptions, coefficient_problem
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from odet.ode import ADAPTIVE_METHODS, TABLEAUS
+from odet.nn import Activation, FieldConvention, FieldSpec, TimeConditioning
+from odet.ode import SolverOptions
 
-CoefficientName = Literal["fixed", "learned", "gated", "gated_norm", "ema"]
-
-
-ADAPTIVE = "adaptive"
+CONTINUOUS = "continuous"
 """``encoder_method`` of the N-ODE encoder: one time-conditioned layer per block, integrated by
-an (adaptive) ODE solver; its settings are ``Seq2SeqConfig.continuous``."""
+an ODE solver (adaptive, or fixed steps of a tableau); its settings are a
+:class:`ContinuousEncoderConfig`."""
+
+ENCODER_METHOD_ALIASES: dict[str, str] = {"adaptive": CONTINUOUS}
+"""Other spellings of ``encoder_method``, normalised on construction (configs and checkpoints
+written before issue #20 say ``"adaptive"``, also for fixed steps)."""
+
+
+def canonical_encoder_method(method: str) -> str:
+    """``method`` with an alias of :data:`ENCODER_METHOD_ALIASES` replaced by its name."""
+    return ENCODER_METHOD_ALIASES.get(method, method)
 
 
 @dataclass(frozen=True)
-class ContinuousEncoderConfig:
-    """The N-ODE encoder (``encoder_method="adaptive"``): ``dy/dt = F(t, y)`` on ``[0, t1]``.
+class ContinuousEncoderConfig(SolverOptions):
+    """The N-ODE encoder (``encoder_method="continuous"``): ``dy/dt = F(t, y)`` on ``[t0, t1]``.
 
-    ``solver`` is an adaptive method of ``backend`` (``odet.ode.ADAPTIVE_METHODS``), or a tableau
-    name when ``fixed_steps`` is set (fixed-step RK, a known cost). ``layer_norm=False`` is the
-    paper's field; ``arclength`` integrates ``∫‖F‖dt`` (needed by ``optim.arclength_weight``).
+    The solver keys are the fields of :class:`~odet.ode.SolverOptions` (a config section keeps
+    them flat); the fields below shape the time-conditioned layer ``F``.
     """
 
-    time_conditioning: Literal["none", "concat", "embedding", "film"] = "embedding"
+    time_conditioning: TimeConditioning = "embedding"
+    """How ``t`` enters ``F`` (``odet.nn.TIME_CONDITIONINGS``)."""
     layer_norm: bool = True
-    t1: float = 1.0
-    solver: str = "dopri5"
-    backend: Literal["torchode", "torchdiffeq"] = "torchode"
-    rtol: float = 1e-3
-    atol: float = 1e-3
-    max_steps: int = 1000
-    fixed_steps: int | None = None
-    arclength: bool = False
+    """Layer norms before the sublayers; ``False`` is the N-ODE Transformer's field."""
+    max_frequency: float = 10.0
+    """Highest angular frequency of the sinusoidal time features (bounds the step size)."""
 
     def __post_init__(self) -> None:
-        check_types(self)
-        name = "continuous encoder"
-        check(self.t1 > 0, f"{name}.t1 must be > 0, got {self.t1}")
-        check(self.max_steps >= 1, f"{name}.max_steps must be >= 1, got {self.max_steps}")
-        if self.fixed_steps is None:
-            allowed = list(ADAPTIVE_METHODS[self.backend])
-            check(
-                self.solver in allowed,
-                f"{name}.solver = {self.solver!r} is not an adaptive method of backend "
-                f"{self.backend!r}; choose one of {allowed} (or set fixed_steps and a tableau)",
-            )
-            check(
-                self.rtol >= 0 and self.atol >= 0 and self.rtol + self.atol > 0,
-                f"{name} needs rtol, atol >= 0, not both 0; got {self.rtol}, {self.atol}",
-            )
-        else:
-            check(self.fixed_steps >= 1, f"{name}.fixed_steps must be >= 1")
-            check(
-                self.solver in TABLEAUS,
-                f"{name}.solver = {self.solver!r} with fixed_steps must be a tableau; choose one "
-                f"of {sorted(TABLEAUS)}",
-            )
+        super().__post_init__()
+        check(
+            math.isfinite(self.max_frequency) and self.max_frequency >= 1.0,
+            f"ContinuousEncoderConfig.max_frequency must be a finite number >= 1, got "
+            f"{self.max_frequency}",
+        )
+
+    @property
+    def solver_options(self) -> SolverOptions:
+        """The solver part alone (what a continuous stack takes)."""
+        return SolverOptions(**{f.name: getattr(self, f.name) for f in fields(SolverOptions)})
 
 
 @dataclass(frozen=True)
@@ -70,44 +63,77 @@ class Seq2SeqConfig:
     ``encoder_method`` / ``decoder_method`` name the integrator of each stack (``"euler"`` is the
     ordinary pre-norm Transformer; ``"rk2"``, ``"rk4"`` … are RK blocks over shared layers;
     ``"ab2"``, ``"ab3"``, ``"dlcl"``, ``"pc"``, ``"implicit_euler"`` are the multistep,
-    layer-history, predictor–corrector and implicit stacks of ``odet.blocks.STACK_METHODS``).
+    layer-history, predictor–corrector and implicit stacks of ``odet.blocks.STACK_METHODS``;
+    the encoder may also be ``"continuous"``, alias ``"adaptive"``).
     ``coefficients`` applies to every stack whose blocks weigh stages (``decoder_coefficients``
     overrides it for the decoder); a scheme the method cannot use is an error, and methods
     without stage weights (``euler``, ``dlcl``, ``implicit_euler``) ignore it.
+    ``pad_id``, ``unk_id``, ``bos_id``, ``eos_id`` are the special token ids (padding, unknown,
+    beginning of sequence — the decoder's first input — and end of sequence).
     """
 
     vocab_size: int
+    """Source vocabulary size (also the target's unless ``tgt_vocab_size`` is set)."""
     d_model: int = 512
+    """Feature width ``D``."""
     num_heads: int = 8
+    """Attention heads per layer."""
     ffn_dim: int = 2048
+    """Hidden width of the feed-forward sublayers."""
     encoder_layers: int = 6
+    """Encoder blocks (each over its own layer)."""
     decoder_layers: int = 6
+    """Decoder blocks."""
     encoder_method: str = "euler"
+    """The encoder's integrator: a name of ``STACK_METHODS`` or ``"continuous"``."""
     decoder_method: str = "euler"
-    coefficients: CoefficientName = "fixed"
-    decoder_coefficients: CoefficientName | None = None
+    """The decoder's integrator: a name of ``STACK_METHODS``."""
+    coefficients: CoefficientScheme = "fixed"
+    """How blocks weigh their stages (``odet.blocks.COEFFICIENTS``)."""
+    decoder_coefficients: CoefficientScheme | None = None
+    """The decoder's scheme, if not ``coefficients``."""
     share_gate: bool = False
+    """One RK2 gate per stack instead of one per block (the paper's code)."""
     implicit_iterations: int = 2
+    """Fixed-point iterations of ``implicit_euler`` blocks."""
     continuous: ContinuousEncoderConfig = field(default_factory=ContinuousEncoderConfig)
-    field_convention: Literal["textbook", "layer"] = "textbook"
+    """Solver and field of the ``"continuous"`` encoder (ignored by discrete encoders)."""
+    field_convention: FieldConvention = "textbook"
+    """``"textbook"`` ``F = Layer − id`` or the paper code's ``"layer"`` (discrete stacks)."""
     stage_norm: bool = False
+    """Layer-normalise every stage's output (discrete stacks; needed by ``"layer"``)."""
     dropout: float = 0.1
+    """Dropout on embeddings and sublayer outputs."""
     attention_dropout: float = 0.0
+    """Dropout on attention weights."""
     activation_dropout: float = 0.0
-    activation: Literal["relu", "gelu"] = "relu"
+    """Dropout after the feed-forward activation."""
+    activation: Activation = "relu"
+    """The feed-forward activation."""
     max_positions: int = 1024
+    """Length of the sinusoidal position table (longest source or target)."""
     tgt_vocab_size: int | None = None
+    """Target vocabulary size when it differs from the source's."""
     share_all_embeddings: bool = False
+    """One embedding for source, target and output (needs one joint vocabulary)."""
     share_decoder_embeddings: bool = True
+    """Tie the output projection to the target embedding."""
     scale_embeddings: bool = True
+    """Multiply embeddings by ``√D``."""
     norm_eps: float = 1e-5
+    """Epsilon of every layer norm."""
     pad_id: int = PAD_ID
+    """Padding id (set from the tokenizer by the trainer)."""
     unk_id: int = UNK_ID
+    """Unknown-token id."""
     bos_id: int = BOS_ID
+    """Beginning-of-sentence id: the first decoder input."""
     eos_id: int = EOS_ID
+    """End-of-sentence id: ends a hypothesis."""
 
     def __post_init__(self) -> None:
         check_types(self)
+        object.__setattr__(self, "encoder_method", canonical_encoder_method(self.encoder_method))
         for key in (
             "vocab_size",
             "d_model",
@@ -132,7 +158,7 @@ class Seq2SeqConfig:
                 f"Seq2SeqConfig.{key} must lie in [0, 1), got {getattr(self, key)}",
             )
         for key, methods in (
-            ("encoder_method", [*STACK_METHODS, ADAPTIVE]),
+            ("encoder_method", [*STACK_METHODS, CONTINUOUS]),
             ("decoder_method", list(STACK_METHODS)),
         ):
             method = getattr(self, key)
@@ -145,7 +171,7 @@ class Seq2SeqConfig:
             ("coefficients", "encoder_method", self.coefficients),
             ("decoder_coefficients", "decoder_method", self.decoder_scheme),
         ):
-            if getattr(self, method_key) == ADAPTIVE:
+            if getattr(self, method_key) == CONTINUOUS:
                 continue
             problem = coefficient_problem(getattr(self, method_key), scheme)
             check(not problem, f"Seq2SeqConfig.{key} = {scheme!r} with {method_key}: {problem}")
@@ -176,8 +202,27 @@ class Seq2SeqConfig:
         return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
 
     @property
-    def decoder_scheme(self) -> CoefficientName:
+    def decoder_scheme(self) -> CoefficientScheme:
         return self.coefficients if self.decoder_coefficients is None else self.decoder_coefficients
+
+    @property
+    def field_spec(self) -> FieldSpec:
+        """What the encoder and decoder fields are built from."""
+        same = ("dropout", "attention_dropout", "activation_dropout", "activation", "stage_norm")
+        return FieldSpec(
+            self.d_model,
+            self.num_heads,
+            self.ffn_dim,
+            convention=self.field_convention,
+            norm_eps=self.norm_eps,
+            **{key: getattr(self, key) for key in same},
+        )
+
+    def stack_options(self, coefficients: CoefficientScheme) -> StackOptions:
+        """The options of a discrete stack whose blocks weigh stages with ``coefficients``."""
+        return StackOptions(
+            coefficients, self.d_model, self.share_gate, self.implicit_iterations, self.norm_eps
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Seq2SeqConfig:

@@ -14,7 +14,7 @@ keyed by (block, stage), so RK decoders decode exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, overload
 
@@ -22,21 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from odet.blocks import Stack, build_stack
-from odet.blocks.continuous import ContinuousEncoder, build_continuous_encoder
+from odet.blocks import STAGE_CACHES, Stack, build_stack
 from odet.generation import Hypothesis, SearchStrategy, generate, make_strategy
-from odet.models.config import ADAPTIVE, Seq2SeqConfig
+from odet.models.config import Seq2SeqConfig
+from odet.models.encoder import Encoder, build_encoder
 from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
     DecoderField,
     DecoderState,
     Dropout,
-    EncoderField,
     KVCache,
     SinusoidalPositions,
     TokenEmbedding,
 )
-from odet.nn.time import TimeConditionedEncoderField
 from odet.ode import SolveStats
 
 
@@ -82,62 +80,20 @@ class Seq2Seq(nn.Module):
         self.positions = SinusoidalPositions(c.max_positions, c.d_model)
         self.embed_dropout = Dropout(c.dropout)
 
-        field_options = dict(
-            dropout=c.dropout,
-            attention_dropout=c.attention_dropout,
-            activation_dropout=c.activation_dropout,
-            activation=c.activation,
-            convention=c.field_convention,
-            stage_norm=c.stage_norm,
-            norm_eps=c.norm_eps,
+        spec = c.field_spec
+        self.encoder: Encoder = build_encoder(
+            c.encoder_method,
+            spec,
+            c.encoder_layers,
+            stack=c.stack_options(c.coefficients),
+            continuous=c.continuous,
         )
-        self.encoder: nn.Module
-        if c.encoder_method == ADAPTIVE:
-            ode = c.continuous
-            self.encoder = build_continuous_encoder(
-                lambda: TimeConditionedEncoderField(
-                    c.d_model,
-                    c.num_heads,
-                    c.ffn_dim,
-                    time_conditioning=ode.time_conditioning,
-                    layer_norm=ode.layer_norm,
-                    dropout=c.dropout,
-                    attention_dropout=c.attention_dropout,
-                    activation_dropout=c.activation_dropout,
-                    activation=c.activation,
-                    norm_eps=c.norm_eps,
-                ),
-                c.encoder_layers,
-                t1=ode.t1,
-                solver=ode.solver,
-                backend=ode.backend,
-                rtol=ode.rtol,
-                atol=ode.atol,
-                max_steps=ode.max_steps,
-                fixed_steps=ode.fixed_steps,
-                arclength=ode.arclength,
-            )
-        else:
-            self.encoder = build_stack(
-                c.encoder_method,
-                lambda: EncoderField(c.d_model, c.num_heads, c.ffn_dim, **field_options),
-                c.encoder_layers,
-                coefficients=c.coefficients,
-                d_model=c.d_model,
-                share_gate=c.share_gate,
-                iterations=c.implicit_iterations,
-                norm_eps=c.norm_eps,
-            )
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
         self.decoder = build_stack(
             c.decoder_method,
-            lambda: DecoderField(c.d_model, c.num_heads, c.ffn_dim, **field_options),
+            lambda: DecoderField(**asdict(spec)),
             c.decoder_layers,
-            coefficients=c.decoder_scheme,
-            d_model=c.d_model,
-            share_gate=c.share_gate,
-            iterations=c.implicit_iterations,
-            norm_eps=c.norm_eps,
+            **asdict(c.stack_options(c.decoder_scheme)),
         )
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
         self.output_projection = nn.Linear(c.d_model, c.target_vocab_size, bias=False)
@@ -160,7 +116,7 @@ class Seq2Seq(nn.Module):
         Memory for compute: each block keeps only its input and recomputes its stages in the
         backward pass, so an RK4 encoder trains in about an Euler encoder's activation memory.
         Outputs and gradients are unchanged (dropout masks are replayed); cached decoding and
-        no-grad forwards are unaffected. A continuous (adaptive) encoder is left as it is.
+        no-grad forwards are unaffected. A continuous encoder is left as it is.
         """
         for stack in (self.encoder, self.decoder):
             if isinstance(stack, Stack):
@@ -176,11 +132,8 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"src_tokens rows {empty} contain only padding (empty sources)")
         x = self.src_embed(src_tokens) + self.positions(src_tokens.shape[1])  # (B, S, D)
         x = self.embed_dropout(x)
-        if isinstance(self.encoder, ContinuousEncoder):
-            result = self.encoder(x, padding_mask=padding_mask)
-            return EncoderOutput(self.encoder_norm(result.y), padding_mask, result.stats)
-        x = self.encoder(x, padding_mask=padding_mask)
-        return EncoderOutput(self.encoder_norm(x), padding_mask)
+        out = self.encoder.integrate(x, padding_mask=padding_mask)
+        return EncoderOutput(self.encoder_norm(out.y), padding_mask, out.stats)
 
     # ------------------------------------------------------------------ decoder
     def init_state(self, encoder_out: EncoderOutput) -> DecoderState:
@@ -222,7 +175,7 @@ class Seq2Seq(nn.Module):
             memory_padding_mask = encoder_out.padding_mask
         else:
             block_kwargs = [
-                {"memory_kv": state.memory_kv[l], "cache": state.block_caches(l)}
+                {"memory_kv": state.memory_kv[l], STAGE_CACHES: state.block_caches(l)}
                 for l in range(len(self.decoder.blocks))
             ]
             memory_padding_mask = state.memory_padding_mask

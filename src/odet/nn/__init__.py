@@ -3,28 +3,40 @@
 from odet.nn.attention import CrossAttention, KVCache, SelfAttention, attention_mask
 from odet.nn.dropout import Dropout
 from odet.nn.embedding import SinusoidalPositions, TokenEmbedding, sinusoidal_table
-from odet.nn.feedforward import ACTIVATIONS, FeedForward
-from odet.nn.fields import FIELD_CONVENTIONS, DecoderField, EncoderField, FieldOutput
-from odet.nn.precision import PRECISIONS, autocast_bf16, precision_context
+from odet.nn.feedforward import ACTIVATIONS, Activation, FeedForward
+from odet.nn.fields import (
+    FIELD_CONVENTIONS,
+    DecoderField,
+    EncoderField,
+    FieldConvention,
+    FieldOutput,
+    FieldSpec,
+)
+from odet.nn.precision import PRECISIONS, Precision, autocast_bf16, precision_context
 from odet.nn.state import DecoderState
-from odet.nn.time import TIME_CONDITIONINGS, TimeConditionedEncoderField
+from odet.nn.time import TIME_CONDITIONINGS, TimeConditionedEncoderField, TimeConditioning
 
 __all__ = [
     "ACTIVATIONS",
     "FIELD_CONVENTIONS",
     "PRECISIONS",
     "TIME_CONDITIONINGS",
+    "Activation",
     "CrossAttention",
     "DecoderField",
     "DecoderState",
     "Dropout",
     "EncoderField",
     "FeedForward",
+    "FieldConvention",
     "FieldOutput",
+    "FieldSpec",
     "KVCache",
+    "Precision",
     "SelfAttention",
     "SinusoidalPositions",
     "TimeConditionedEncoderField",
+    "TimeConditioning",
     "TokenEmbedding",
     "attention_mask",
     "autocast_bf16",

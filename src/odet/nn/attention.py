@@ -135,9 +135,9 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     """SDPA of ``q (B, H, Tq, Dh)`` over ``k, v (B, H, S, Dh)``; ``mask`` True = attend.
 
     Inference with a few queries per row (a decoding step; a sentence's beams) on CPU takes two
-    batched matmuls: the CPU SDPA kernels tile for long queries and ran 1.5× (fp32) to 3.3–3.9×
-    (bf16) slower on decoding-step shapes (benchmarks/runs/decode_attention.md). The softmax
-    runs in at least fp32. Training always takes SDPA.
+    batched matmuls: the CPU SDPA kernels tile for long queries and are slower on
+    decoding-step shapes (``benchmarks/RESULTS.md``). The softmax runs in at least fp32.
+    Training always takes SDPA.
     """
     if torch.is_grad_enabled() or dropout or q.shape[2] > FEW_QUERIES or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)

@@ -1,15 +1,13 @@
 """Dropout with a mask drawn from random 16-bit integers instead of ``bernoulli_``.
 
-``nn.Dropout`` on CPU draws one Bernoulli variate per element (``bernoulli_``), which took
-11–15 % of a d256 training step in the project's first profile (shared/PERF-NOTES.md). This
-module draws 64 random bits per four elements with ``random_`` and compares 16-bit slices
-against a threshold (half ``bernoulli_``'s cost or less), with the same semantics up to
-the rounding of ``p`` to a multiple of 2⁻¹⁶ (|Δp| ≤ 2⁻¹⁷): every element is dropped
-independently with probability ``p' = round(p · 2¹⁶) / 2¹⁶`` and survivors are scaled by
-``1 / (1 − p')``, so the expectation is exactly the input. Draws come from torch's default
-generator, so ``torch.manual_seed`` makes them reproducible. On this project's CPU (AMD EPYC,
-2 threads) forward + backward of a ``(128, 16, 1024)`` activation ran 1.2–1.8× faster than
-``nn.Dropout`` (same-round medians of 15 rounds, two runs).
+``nn.Dropout`` on CPU draws one Bernoulli variate per element (``bernoulli_``), a visible share
+of a small model's training step. This module draws 64 random bits per four elements with
+``random_`` and compares 16-bit slices against a threshold (half ``bernoulli_``'s cost or
+less), with the same semantics up to the rounding of ``p`` to a multiple of 2⁻¹⁶
+(|Δp| ≤ 2⁻¹⁷): every element is dropped independently with probability
+``p' = round(p · 2¹⁶) / 2¹⁶`` and survivors are scaled by ``1 / (1 − p')``, so the expectation
+is exactly the input. Draws come from torch's default generator, so ``torch.manual_seed`` makes
+them reproducible. Measurements: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

@@ -16,16 +16,89 @@ output, which that convention needs to stay bounded.
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from torch import Tensor, nn
 
 from odet.nn.attention import CrossAttention, KVCache, SelfAttention
 from odet.nn.dropout import Dropout
-from odet.nn.feedforward import Activation, FeedForward
+from odet.nn.feedforward import ACTIVATIONS, Activation, FeedForward
 
 FieldConvention = Literal["textbook", "layer"]
 FIELD_CONVENTIONS: tuple[FieldConvention, ...] = ("textbook", "layer")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What every Transformer-layer field is built from; validated on construction.
+
+    ``FieldSpec(**options)`` is what ``EncoderField(d_model, num_heads, ffn_dim, **options)``,
+    ``DecoderField`` and ``TimeConditionedEncoderField`` consume; model builders hold one.
+    """
+
+    d_model: int
+    """Feature width ``D`` of the residual stream."""
+    num_heads: int
+    """Attention heads (must divide ``d_model``)."""
+    ffn_dim: int
+    """Hidden width of the feed-forward sublayer."""
+    dropout: float = 0.0
+    """Dropout on each sublayer's output."""
+    attention_dropout: float = 0.0
+    """Dropout on the attention weights."""
+    activation_dropout: float = 0.0
+    """Dropout after the feed-forward activation."""
+    activation: Activation = "relu"
+    """The feed-forward activation (``ACTIVATIONS``)."""
+    convention: FieldConvention = "textbook"
+    """``"textbook"``: ``F(z) = dy``; ``"layer"``: ``F(z) = z + dy`` (the paper code's)."""
+    stage_norm: bool = False
+    """Layer-normalise every stage's output (what the ``"layer"`` convention needs)."""
+    norm_eps: float = 1e-5
+    """Epsilon of every layer norm of the field."""
+
+    def __post_init__(self) -> None:
+        for key in ("d_model", "num_heads", "ffn_dim"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"FieldSpec.{key} must be >= 1, got {getattr(self, key)}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"FieldSpec.d_model ({self.d_model}) must be divisible by num_heads "
+                f"({self.num_heads})"
+            )
+        for key in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ValueError(f"FieldSpec.{key} must lie in [0, 1), got {getattr(self, key)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}"
+            )
+        if self.convention not in FIELD_CONVENTIONS:
+            raise ValueError(
+                f"unknown field convention {self.convention!r}; choose one of {FIELD_CONVENTIONS}"
+            )
+        if self.norm_eps <= 0:
+            raise ValueError(f"FieldSpec.norm_eps must be > 0, got {self.norm_eps}")
+
+    def norm(self) -> nn.LayerNorm:
+        """A layer norm over ``D``."""
+        return nn.LayerNorm(self.d_model, eps=self.norm_eps)
+
+    def self_attention(self) -> SelfAttention:
+        return SelfAttention(self.d_model, self.num_heads, dropout=self.attention_dropout)
+
+    def feed_forward(self) -> FeedForward:
+        return FeedForward(
+            self.d_model,
+            self.ffn_dim,
+            activation=self.activation,
+            activation_dropout=self.activation_dropout,
+        )
+
+    def output(self) -> FieldOutput:
+        """The map from a layer's update ``dy`` to the field value."""
+        return FieldOutput(self.d_model, self.convention, self.stage_norm, self.norm_eps)
 
 
 class FieldOutput(nn.Module):
@@ -47,33 +120,31 @@ class FieldOutput(nn.Module):
         return out if self.norm is None else self.norm(out)
 
 
-class EncoderField(nn.Module):
-    """``F(z) = a + FFN(LN(z + a))``, ``a = SelfAttn(LN z)``: ``(B, T, D) -> (B, T, D)``."""
+class _LayerField(nn.Module):
+    """A field built from ``FieldSpec(d_model, num_heads, ffn_dim, **options)`` by ``_build``."""
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        ffn_dim: int,
-        *,
-        dropout: float = 0.0,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: Activation = "relu",
-        convention: FieldConvention = "textbook",
-        stage_norm: bool = False,
-        norm_eps: float = 1e-5,
-    ):
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, **options: Any):
         super().__init__()
         self.d_model = d_model
-        self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps)
-        self.self_attn = SelfAttention(d_model, num_heads, dropout=attention_dropout)
-        self.ffn_norm = nn.LayerNorm(d_model, eps=norm_eps)
-        self.ffn = FeedForward(
-            d_model, ffn_dim, activation=activation, activation_dropout=activation_dropout
-        )
-        self.dropout = Dropout(dropout)
-        self.output = FieldOutput(d_model, convention, stage_norm, norm_eps)
+        self._build(FieldSpec(d_model, num_heads, ffn_dim, **options))
+
+    def _build(self, spec: FieldSpec) -> None:
+        raise NotImplementedError
+
+
+class EncoderField(_LayerField):
+    """``F(z) = a + FFN(LN(z + a))``, ``a = SelfAttn(LN z)``: ``(B, T, D) -> (B, T, D)``.
+
+    Built from ``FieldSpec(d_model, num_heads, ffn_dim, **options)``.
+    """
+
+    def _build(self, spec: FieldSpec) -> None:
+        self.attn_norm = spec.norm()
+        self.self_attn = spec.self_attention()
+        self.ffn_norm = spec.norm()
+        self.ffn = spec.feed_forward()
+        self.dropout = Dropout(spec.dropout)
+        self.output = spec.output()
 
     def forward(self, z: Tensor, *, padding_mask: Tensor | None = None) -> Tensor:
         """``z (B, T, D)``, ``padding_mask (B, T)`` True at padding → ``F(z) (B, T, D)``."""
@@ -82,40 +153,26 @@ class EncoderField(nn.Module):
         return self.output(z, a + f)
 
 
-class DecoderField(nn.Module):
+class DecoderField(_LayerField):
     """Causal self-attention, cross-attention to the encoder memory and FFN, as a field.
 
     ``cache`` holds this stage's self-attention keys/values (one per (block, stage), since every
     stage of an RK block sees a different input); ``memory_kv`` holds the block's projected
-    memory, shared by all its stages.
+    memory, shared by all its stages. Built from ``FieldSpec(d_model, num_heads, ffn_dim,
+    **options)``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        ffn_dim: int,
-        *,
-        dropout: float = 0.0,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: Activation = "relu",
-        convention: FieldConvention = "textbook",
-        stage_norm: bool = False,
-        norm_eps: float = 1e-5,
-    ):
-        super().__init__()
-        self.d_model = d_model
-        self.self_attn_norm = nn.LayerNorm(d_model, eps=norm_eps)
-        self.self_attn = SelfAttention(d_model, num_heads, dropout=attention_dropout)
-        self.cross_attn_norm = nn.LayerNorm(d_model, eps=norm_eps)
-        self.cross_attn = CrossAttention(d_model, num_heads, dropout=attention_dropout)
-        self.ffn_norm = nn.LayerNorm(d_model, eps=norm_eps)
-        self.ffn = FeedForward(
-            d_model, ffn_dim, activation=activation, activation_dropout=activation_dropout
+    def _build(self, spec: FieldSpec) -> None:
+        self.self_attn_norm = spec.norm()
+        self.self_attn = spec.self_attention()
+        self.cross_attn_norm = spec.norm()
+        self.cross_attn = CrossAttention(
+            spec.d_model, spec.num_heads, dropout=spec.attention_dropout
         )
-        self.dropout = Dropout(dropout)
-        self.output = FieldOutput(d_model, convention, stage_norm, norm_eps)
+        self.ffn_norm = spec.norm()
+        self.ffn = spec.feed_forward()
+        self.dropout = Dropout(spec.dropout)
+        self.output = spec.output()
 
     def project_memory(self, memory: Tensor) -> KVCache:
         """This layer's cross-attention keys/values of the memory ``(B, S, D)``."""

@@ -6,10 +6,9 @@ and the reductions autocast keeps in fp32 (softmax, layer norm, losses) stay fp3
 bfloat16 has fp32's exponent range.
 
 On CPU it can also restrict ``scaled_dot_product_attention`` to the math backend
-(``math_sdpa=True``, the default): on the AMX Xeon of shared/PERF-NOTES.md the fused (flash)
-CPU kernel's bf16 backward was several times slower than the math path's two batched matmuls.
-On the AVX-512-BF16 EPYC of benchmarks/RESULTS.md (no AMX) the fused kernel measured faster:
-pass ``math_sdpa=False`` there.
+(``math_sdpa=True``, the default): on some CPUs the fused (flash) kernel's bf16 backward is
+slower than the math path's two batched matmuls, on others faster (``math_sdpa=False``);
+which, measured where: ``benchmarks/RESULTS.md``.
 
 Typical use in a training step::
 
@@ -23,13 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 Precision = Literal["fp32", "bf16"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16")
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 
 @contextmanager

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from odet.nn.attention import SelfAttention
 from odet.nn.dropout import Dropout
-from odet.nn.feedforward import Activation, FeedForward
+from odet.nn.fields import FieldSpec
 
 TimeConditioning = Literal["none", "concat", "embedding", "film"]
 
@@ -149,6 +148,8 @@ class TimeConditionedEncoderField(nn.Module):
     ``F`` random, which an adaptive solver reads as error (rejected steps): keep it 0 there.
     Padded positions: attention ignores them as keys; the field's value *at* them is whatever
     the layer computes (a continuous stack zeroes it, see ``odet.blocks.continuous``).
+    ``options``: the other fields of :class:`~odet.nn.FieldSpec` (the field is ``a + f``:
+    ``convention="textbook"`` and no ``stage_norm``).
     """
 
     def __init__(
@@ -160,24 +161,25 @@ class TimeConditionedEncoderField(nn.Module):
         time_conditioning: TimeConditioning = "none",
         layer_norm: bool = True,
         max_frequency: float = 10.0,
-        dropout: float = 0.0,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: Activation = "relu",
-        norm_eps: float = 1e-5,
+        **options: Any,
     ) -> None:
         super().__init__()
+        spec = FieldSpec(d_model, num_heads, ffn_dim, **options)
+        if spec.convention != "textbook" or spec.stage_norm:
+            raise ValueError(
+                "a time-conditioned field returns its update (convention='textbook', "
+                f"stage_norm=False), got convention={spec.convention!r}, "
+                f"stage_norm={spec.stage_norm}"
+            )
         self.d_model = d_model
         self.time_conditioning = time_conditioning
-        self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps) if layer_norm else nn.Identity()
+        self.attn_norm = spec.norm() if layer_norm else nn.Identity()
         self.attn_time = make_time_conditioning(time_conditioning, d_model, max_frequency)
-        self.self_attn = SelfAttention(d_model, num_heads, dropout=attention_dropout)
-        self.ffn_norm = nn.LayerNorm(d_model, eps=norm_eps) if layer_norm else nn.Identity()
+        self.self_attn = spec.self_attention()
+        self.ffn_norm = spec.norm() if layer_norm else nn.Identity()
         self.ffn_time = make_time_conditioning(time_conditioning, d_model, max_frequency)
-        self.ffn = FeedForward(
-            d_model, ffn_dim, activation=activation, activation_dropout=activation_dropout
-        )
-        self.dropout = Dropout(dropout)
+        self.ffn = spec.feed_forward()
+        self.dropout = Dropout(spec.dropout)
 
     def forward(
         self, t: float | Tensor, z: Tensor, *, padding_mask: Tensor | None = None

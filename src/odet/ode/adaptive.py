@@ -31,11 +31,10 @@ What odet adds on top:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any
 
 import torch
 import torchdiffeq
@@ -44,19 +43,19 @@ from torch import Tensor, nn
 from torchode.single_step_methods import StepResult
 from torchode.step_size_controllers import IntegralState, rms_norm
 
+from odet.ode.options import SolverOptions
+from odet.ode.runge_kutta import odeint_fixed
+from odet.ode.tableau import get_tableau
+
 __all__ = [
-    "ADAPTIVE_METHODS",
-    "AdaptiveBackend",
-    "OnFailure",
     "SolveResult",
     "SolveStats",
     "SolveStatus",
     "SolverError",
     "odeint_adaptive",
+    "solve",
 ]
 
-AdaptiveBackend = Literal["torchode", "torchdiffeq"]
-OnFailure = Literal["raise", "flag"]
 VectorField = Callable[[Tensor, Tensor], Tensor]
 
 
@@ -419,27 +418,11 @@ def _solve_torchdiffeq(problem: _Problem) -> _RawSolve:
 # ---------------------------------------------------------------------------------- registry
 
 
-@dataclass(frozen=True)
-class _Backend:
-    methods: tuple[str, ...]
-    solve: Callable[[_Problem], _RawSolve]
-    adjoint: bool
-
-
-_BACKENDS: dict[str, _Backend] = {
-    "torchode": _Backend(methods=tuple(_TORCHODE_STEPPERS), solve=_solve_torchode, adjoint=False),
-    "torchdiffeq": _Backend(
-        # fehlberg2 (RKF1(2)) is left out: it advances the first-order solution.
-        methods=("dopri5", "dopri8", "bosh3", "adaptive_heun"),
-        solve=_solve_torchdiffeq,
-        adjoint=True,
-    ),
+_SOLVERS: dict[str, Callable[[_Problem], _RawSolve]] = {
+    "torchode": _solve_torchode,
+    "torchdiffeq": _solve_torchdiffeq,
 }
-
-ADAPTIVE_METHODS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {name: backend.methods for name, backend in _BACKENDS.items()}
-)
-"""The adaptive methods each backend offers: ``{backend: (method, ...)}``."""
+"""The solve of each backend of ``ADAPTIVE_METHODS``."""
 
 
 def odeint_adaptive(
@@ -449,70 +432,56 @@ def odeint_adaptive(
     t1: float = 1.0,
     *,
     method: str = "dopri5",
-    backend: AdaptiveBackend = "torchode",
-    rtol: float = 1e-3,
-    atol: float = 1e-3,
-    max_steps: int = 1000,
-    arclength: bool = False,
-    adjoint: bool = False,
-    first_step: float | None = None,
-    on_failure: OnFailure = "raise",
+    **options: Any,
 ) -> SolveResult:
     """Solve ``dy/dt = f(t, y)`` from ``y(t0) = y0`` to ``t1`` with an adaptive method.
 
-    ``f(t, y)`` gets ``t`` of shape ``(B,)`` in ``y0``'s dtype and ``y`` shaped like ``y0``
-    (``(B, ...)``, e.g. ``(B, T, D)``), and returns ``dy/dt`` shaped like ``y``. ``max_steps``
-    bounds the steps (accepted + rejected) per sample. ``arclength=True`` also integrates
-    ``∫‖f‖dt`` per sample (norm over all non-batch features) into ``stats.arclength``.
-    ``adjoint=True`` (torchdiffeq only; ``f`` must be an ``nn.Module``) backpropagates by
-    solving the adjoint ODE instead of through the solver's operations. On failure (max_steps,
-    step-size underflow, non-finite state) raises :class:`SolverError`, or with
-    ``on_failure="flag"`` returns the last accepted state with the per-sample status flagged
-    (differentiable, except after a failed adjoint solve, whose forward runs without autograd).
+    ``options`` are the other fields of :class:`~odet.ode.SolverOptions` (``backend``,
+    ``rtol``, ``atol``, ``max_steps``, ``arclength``, ``adjoint``, ``first_step``,
+    ``on_failure``); ``method`` is its ``solver``. See :func:`solve`.
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; allowed: {sorted(_BACKENDS)}")
-    spec = _BACKENDS[backend]
-    if method not in spec.methods:
-        raise ValueError(
-            f"backend {backend!r} has no adaptive method {method!r}; allowed: {list(spec.methods)}"
-        )
-    if adjoint and not spec.adjoint:
-        adjoint_backends = [name for name, b in _BACKENDS.items() if b.adjoint]
-        raise ValueError(
-            f"adjoint=True is not supported by backend {backend!r} (torchode's backsolve adjoint "
-            f"runs under vmap, where attention has no batching rule); use one of "
-            f"{adjoint_backends}"
-        )
-    if adjoint and not isinstance(f, nn.Module):
+    if "fixed_steps" in options or "solver" in options:
+        raise ValueError("odeint_adaptive takes method=; for fixed steps call odet.ode.solve")
+    return solve(f, y0, SolverOptions(t0=t0, t1=t1, solver=method, **options))
+
+
+def solve(f: VectorField, y0: Tensor, options: SolverOptions) -> SolveResult:
+    """Solve ``dy/dt = f(t, y)`` from ``y(options.t0) = y0`` to ``options.t1``.
+
+    ``f(t, y)`` gets ``t`` of shape ``(B,)`` in ``y0``'s dtype (a python float with fixed
+    steps) and ``y`` shaped like ``y0`` (``(B, ...)``, e.g. ``(B, T, D)``), and returns ``dy/dt``
+    shaped like ``y``. ``max_steps`` bounds the steps (accepted + rejected) per sample.
+    ``arclength=True`` also integrates ``∫‖f‖dt`` per sample (norm over all non-batch
+    features) into ``stats.arclength``. ``adjoint=True`` (torchdiffeq only; ``f`` must be an
+    ``nn.Module``) backpropagates by solving the adjoint ODE instead of through the solver's
+    operations. On failure (max_steps, step-size underflow, non-finite state) raises
+    :class:`SolverError`, or with ``on_failure="flag"`` returns the last accepted state with the
+    per-sample status flagged (differentiable, except after a failed adjoint solve, whose
+    forward runs without autograd). With ``fixed_steps`` the tableau ``solver`` takes that many
+    equal steps: ``fixed_steps × stages`` evaluations for every input.
+    """
+    if options.adjoint and not isinstance(f, nn.Module):
         raise ValueError(
             f"adjoint=True needs f to be an nn.Module (its parameters get the adjoint "
             f"gradients), got {type(f).__name__}"
         )
-    if on_failure not in get_args(OnFailure):
-        raise ValueError(f"unknown on_failure {on_failure!r}; allowed: {list(get_args(OnFailure))}")
     if not y0.is_floating_point() or y0.ndim < 1 or y0.shape[0] == 0:
         raise ValueError(
             f"y0 must be a non-empty floating (B, ...) tensor, got {y0.dtype} {tuple(y0.shape)}"
         )
-    if not t1 > t0:
-        raise ValueError(f"need t1 > t0, got t0={t0}, t1={t1}")
-    if rtol < 0 or atol < 0 or rtol + atol == 0:
-        raise ValueError(f"need rtol, atol >= 0 and not both 0, got rtol={rtol}, atol={atol}")
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    if first_step is not None and not 0 < first_step <= t1 - t0:
-        raise ValueError(f"first_step must be in (0, t1 - t0 = {t1 - t0}], got {first_step}")
+    if options.fixed_steps is not None:
+        return _solve_fixed(f, y0, options, options.fixed_steps)
 
-    field = _Field(f, y0.shape, arclength)
+    field = _Field(f, y0.shape, options.arclength)
     z0 = y0.reshape(y0.shape[0], -1)
-    if arclength:
+    if options.arclength:
         z0 = torch.cat([z0, z0.new_zeros(z0.shape[0], 1)], dim=1)
     problem = _Problem(
-        field=field, z0=z0, t0=float(t0), t1=float(t1), method=method, rtol=rtol, atol=atol,
-        max_steps=max_steps, first_step=first_step, adjoint=adjoint,
+        field=field, z0=z0, t0=float(options.t0), t1=float(options.t1), method=options.solver,
+        rtol=options.rtol, atol=options.atol, max_steps=options.max_steps,
+        first_step=options.first_step, adjoint=options.adjoint,
     )  # fmt: skip
-    raw = spec.solve(problem)
+    raw = _SOLVERS[options.backend](problem)
 
     stats = SolveStats(
         nfe=raw.nfe,
@@ -521,25 +490,53 @@ def odeint_adaptive(
         rejected=raw.rejected,
         t_final=raw.t_final,
         status=raw.status,
-        arclength=raw.z[:, field.n] if arclength else None,
+        arclength=raw.z[:, field.n] if options.arclength else None,
     )
     result = SolveResult(y=raw.z[:, : field.n].reshape(y0.shape), stats=stats)
-    if on_failure == "raise" and not stats.ok:
-        raise SolverError(_failure_message(backend, method, t1, max_steps, stats), result)
+    if options.on_failure == "raise" and not stats.ok:
+        raise SolverError(_failure_message(options, stats), result)
     return result
 
 
-def _failure_message(
-    backend: str, method: str, t1: float, max_steps: int, stats: SolveStats
-) -> str:
+def _solve_fixed(f: VectorField, y: Tensor, options: SolverOptions, steps: int) -> SolveResult:
+    """Fixed steps; the arclength rides along as an extra state component, integrated by the
+    same tableau (the adaptive path does the same under error control)."""
+    batch, n = y.shape[0], y[0].numel()
+
+    def g(t: float, z: Tensor) -> Tensor:
+        dy = f(t, z[:, :n].reshape(y.shape)).reshape(batch, n)  # type: ignore[arg-type]
+        if not options.arclength:
+            return dy
+        return torch.cat([dy, torch.linalg.vector_norm(dy, dim=1, keepdim=True)], dim=1)
+
+    z0 = y.reshape(batch, n)
+    if options.arclength:
+        z0 = torch.cat([z0, z0.new_zeros(batch, 1)], dim=1)
+    z = odeint_fixed(g, z0, options.t0, options.t1, steps, options.solver, autonomous=False)
+    nfe = steps * get_tableau(options.solver).num_stages
+    accepted = torch.full((batch,), steps, dtype=torch.long, device=y.device)
+    stats = SolveStats(
+        nfe=torch.full_like(accepted, nfe),
+        nfe_total=nfe,
+        accepted=accepted,
+        rejected=torch.zeros_like(accepted),
+        t_final=y.new_full((batch,), options.t1),
+        status=(SolveStatus.SUCCESS,) * batch,
+        arclength=z[:, n] if options.arclength else None,
+    )
+    return SolveResult(y=z[:, :n].reshape(y.shape), stats=stats)
+
+
+def _failure_message(options: SolverOptions, stats: SolveStats) -> str:
     failed = list(stats.failed)
     shown = failed[:8]
     reasons = sorted({stats.status[i].value for i in failed})
     reached = [round(float(stats.t_final[i]), 6) for i in shown]
     more = f" (+{len(failed) - len(shown)} more)" if len(failed) > len(shown) else ""
     return (
-        f"adaptive solve ({backend}, {method}) failed ({', '.join(reasons)}) for samples "
-        f"{shown}{more}: reached t = {reached} of t1 = {t1} with max_steps = {max_steps} "
+        f"adaptive solve ({options.backend}, {options.solver}) failed ({', '.join(reasons)}) for "
+        f"samples {shown}{more}: reached t = {reached} of t1 = {options.t1} with max_steps = "
+        f"{options.max_steps} "
         f"(steps taken: {[int(stats.accepted[i] + stats.rejected[i]) for i in shown]}); "
         f"pass on_failure='flag' to get the partial result instead of this error"
     )

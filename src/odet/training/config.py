@@ -26,6 +26,8 @@ import yaml
 from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
 from odet.generation.text import GenerationConfig
 from odet.models import Seq2SeqConfig
+from odet.nn import Precision
+from odet.training.schedule import ScheduleName
 
 _FROM_TOKENIZER = ("vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
 
@@ -94,7 +96,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     warmup_updates: int = 4000
     warmup_init_lr: float = 1e-7
-    schedule: Literal["inverse_sqrt", "cosine", "linear"] = "inverse_sqrt"
+    schedule: ScheduleName = "inverse_sqrt"
     min_lr_ratio: float = 0.0
     clip_norm: float = 0.0
     label_smoothing: float = 0.1
@@ -124,7 +126,7 @@ class LoopConfig:
     max_epochs: int = 10
     max_updates: int = 0
     max_minutes: float = 0.0
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Precision = "fp32"
     bf16_sdpa: Literal["math", "fused"] = "math"
     activation_checkpointing: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -193,8 +195,8 @@ class TrainConfig:
         )
         check(
             not self.optim.arclength_weight
-            or (model.encoder_method == "adaptive" and model.continuous.arclength),
-            "optim.arclength_weight > 0 needs model.encoder_method: adaptive with "
+            or (model.encoder_method == "continuous" and model.continuous.arclength),
+            "optim.arclength_weight > 0 needs model.encoder_method: continuous with "
             "model.continuous.arclength: true",
         )
 
