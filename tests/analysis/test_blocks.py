@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from odet.analysis.blocks import (
+from odet.analysis import (
     coefficient_snapshot,
     gate_statistics,
     has_learned_coefficients,

@@ -9,7 +9,7 @@ from odet.models import Seq2Seq
 from odet.training import TrainConfig, train
 from odet.training.average import average_checkpoints
 from odet.training.checkpoint import latest_checkpoint
-from odet.training.trainer import _parameter_digest
+from odet.training.parallel import parameter_digest as _parameter_digest
 from tests.training.conftest import tiny_config, write_config
 
 
