@@ -1,0 +1,75 @@
+"""Packages import in one direction only: a lower layer never imports a higher one.
+
+Every ``import`` and ``from … import`` in ``src/odet`` counts, function-level ones included.
+A module may import its own package and any package of a lower rank; two packages of the same
+rank are independent of each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).parents[1] / "src" / "odet"
+
+RANKS: dict[str, int] = {
+    "config": 0,
+    "ode": 1,
+    "data": 1,
+    "nn": 2,
+    "evaluation": 2,
+    "blocks": 3,
+    "generation": 3,
+    "models": 4,
+    "inference": 5,
+    "training": 6,
+    "analysis": 7,
+    "experiments": 7,
+    "tasks": 7,
+    "demo": 8,
+    "cli": 9,
+    "__init__": 10,
+    "__main__": 10,
+}
+"""``config`` holds the validation helpers every layer uses; ``generation`` is model-agnostic
+(the decoding loop, search strategies, the decoder protocol), so models build on it; the
+text-in/text-out translator and checkpoint loading are ``inference``."""
+
+
+def _package(path: Path) -> str:
+    parts = path.relative_to(SRC).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(node.lineno, n.split(".")[1]) for n in names if n.startswith("odet.")]
+    return found
+
+
+FILES = sorted(SRC.rglob("*.py"))
+
+
+def test_every_package_has_a_rank():
+    assert {_package(f) for f in FILES} <= set(RANKS)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
+def test_a_module_imports_only_lower_layers(path):
+    own = _package(path)
+    upward = [
+        f"{path.relative_to(SRC)}:{line} imports odet.{target} (rank {RANKS[target]} >= "
+        f"{RANKS[own]} of odet.{own})"
+        for line, target in _imports(path)
+        if target != own and RANKS.get(target, 99) >= RANKS[own]
+    ]
+    assert not upward, "\n".join(upward)
