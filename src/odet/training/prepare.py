@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from odet.data import (
     read_parallel_text,
 )
 from odet.training.config import DataConfig, LoopConfig
+from odet.training.distributed import DistributedContext
 
 logger = logging.getLogger("odet.train")
 
@@ -119,6 +121,44 @@ def apply_length_filter(data: DataConfig, dataset: ParallelDataset) -> ParallelD
     if len(kept) == 0:
         raise DataError("the length filter dropped every training pair; check data.max_*")
     return kept
+
+
+@dataclass(frozen=True)
+class ValidationSet:
+    """The validation pairs as text (for metrics) and as token ids (for the loss)."""
+
+    pairs: TextPairs
+    dataset: ParallelDataset
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Everything a run trains and validates on, as token ids."""
+
+    tokenizers: TokenizerPair
+    train: ParallelDataset
+    """The length-filtered training pairs."""
+    valid: ValidationSet | None
+    """The validation split on rank 0 (``None`` on other ranks and without ``data.valid``)."""
+
+
+def prepare_data(
+    data: DataConfig, tokenizer_dir: Path, dist: DistributedContext, *, progress: bool = False
+) -> PreparedData:
+    """Read and encode the splits; rank 0 trains the tokenizer into ``tokenizer_dir`` on a
+    run's first start, and every rank loads it from there."""
+    train_pairs = read_split(data, data.train)
+    if dist.is_main:
+        prepare_tokenizer(data, train_pairs, tokenizer_dir)
+    dist.barrier()
+    tokenizers = TokenizerPair.load(tokenizer_dir)
+    train = encode_split(data, train_pairs, tokenizers, filter_lengths=True, progress=progress)
+    valid = None
+    valid_pairs = read_valid_split(data) if dist.is_main else None
+    if valid_pairs is not None:
+        dataset = encode_split(data, valid_pairs, tokenizers, filter_lengths=False)
+        valid = ValidationSet(valid_pairs, dataset)
+    return PreparedData(tokenizers, train, valid)
 
 
 def encode_split(

@@ -15,34 +15,19 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from odet.data import TokenizerPair
 from odet.models import Seq2Seq
-from odet.training.checkpoint import (
-    Checkpoint,
-    TrainerState,
-    checkpoint_name,
-    latest_checkpoint,
-    read_index,
-    remove_partial_writes,
-    save_checkpoint,
-)
+from odet.training.checkpoint import Checkpoint, TrainerState, read_index
 from odet.training.config import TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.metrics import MetricsLog, ThroughputWindow, plot_learning_curve
 from odet.training.parallel import ParallelModel, parallelize, parameter_digest, pick_device
-from odet.training.prepare import (
-    encode_split,
-    make_batcher,
-    prepare_tokenizer,
-    read_split,
-    read_valid_split,
-)
+from odet.training.prepare import make_batcher, prepare_data, read_split
+from odet.training.resume import RunCheckpoints
 from odet.training.run_dir import (
     TrainResult,
     attach_log_file,
@@ -60,13 +45,7 @@ from odet.training.step import (
     record_skipped_update,
     train_step,
 )
-from odet.training.validate import (
-    Evaluator,
-    ValidationSet,
-    best_metric_key,
-    coefficient_record,
-    improves,
-)
+from odet.training.validate import Evaluator, coefficient_record, track_best
 
 __all__ = ["TrainResult", "Trainer", "TrainingInterruptedError", "train"]
 
@@ -128,8 +107,19 @@ class Trainer:
         torch.manual_seed(c.seed)  # the same initial weights on every rank
         if self.dist.is_main:
             (self.out / "config.yaml").write_text(c.to_yaml(), encoding="utf-8")
-        self._prepare_data()
+        data = prepare_data(c.data, self.out / "tokenizer", self.dist, progress=self.progress)
+        self.tokenizers, self.train_set, self.valid = data.tokenizers, data.train, data.valid
+        self.batcher = make_batcher(
+            self.train_set,
+            c.train,
+            seed=c.seed,
+            num_shards=self.dist.world_size,
+            shard_index=self.dist.rank,
+        )
         self.evaluator = Evaluator(c, self.tokenizers, self.device, self.precision, self.progress)
+        self.checkpoints = RunCheckpoints(
+            self.ckpt_root, self.dist, self.tokenizers, c.to_yaml(), c.train.keep_last
+        )
         tgt_vocab = None if self.tokenizers.is_joint else self.tokenizers.target.vocab_size
         self.model = Seq2Seq(c.model_config(self.tokenizers.source.vocab_size, tgt_vocab))
         self.model.to(self.device)
@@ -149,7 +139,7 @@ class Trainer:
             f" over {self.dist.world_size} ranks ({c.train.parallel})" if self.dist.enabled else "",
             self.device,
         )
-        checkpoint = self._latest_checkpoint()
+        checkpoint = self.checkpoints.latest()
         if checkpoint is not None:  # weights first: sharding distributes what is loaded
             self.model.load_state_dict(Seq2Seq.from_pretrained(checkpoint.path).state_dict())
         self._parallel = parallelize(self.model, self.dist, c.train.parallel)
@@ -158,61 +148,19 @@ class Trainer:
         )
         self._resume(checkpoint)
 
-    def _prepare_data(self) -> None:
-        """Tokenizer (trained by rank 0 on the first run), encoded splits and the batcher."""
-        data = self.config.data
-        train_pairs = read_split(data, data.train)
-        tok_dir = self.out / "tokenizer"
-        if self.dist.is_main:
-            prepare_tokenizer(data, train_pairs, tok_dir)
-        self.dist.barrier()
-        self.tokenizers = TokenizerPair.load(tok_dir)
-        self.train_set = encode_split(
-            data, train_pairs, self.tokenizers, filter_lengths=True, progress=self.progress
-        )
-        self.valid: ValidationSet | None = None
-        valid_pairs = read_valid_split(data) if self.dist.is_main else None
-        if valid_pairs is not None:
-            dataset = encode_split(data, valid_pairs, self.tokenizers, filter_lengths=False)
-            self.valid = ValidationSet(valid_pairs, dataset)
-        self.batcher = make_batcher(
-            self.train_set,
-            self.config.train,
-            seed=self.config.seed,
-            num_shards=self.dist.world_size,
-            shard_index=self.dist.rank,
-        )
-
-    def _latest_checkpoint(self) -> Checkpoint | None:
-        if self.dist.is_main and self.ckpt_root.is_dir():
-            for path in remove_partial_writes(self.ckpt_root):
-                logger.warning("removed %s, left by an interrupted checkpoint write", path.name)
-        self.dist.barrier()
-        checkpoint = latest_checkpoint(self.ckpt_root)
-        self.dist.barrier()
-        return checkpoint
-
     def _resume(self, checkpoint: Checkpoint | None) -> None:
         """Optimizer, schedule, RNG, counters and data position of ``checkpoint`` (the weights
-        were loaded before the model was wrapped)."""
-        if checkpoint is None:
-            if self.dist.is_main:
-                self.metrics.truncate_after(0)
-            return
-        self.parallel.load_optimizer_state(self.optimizer, checkpoint.optimizer)
-        self.scheduler.load_state_dict(checkpoint.scheduler)
-        if not self.dist.enabled:
-            torch.set_rng_state(checkpoint.rng)
-        self.state = checkpoint.state
-        self.batcher.load_state_dict(self.state.batcher)
+        were loaded before the model was wrapped); drops metrics logged after it."""
+        if checkpoint is not None:
+            self.state = self.checkpoints.restore(
+                checkpoint,
+                parallel=self.parallel,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                batcher=self.batcher,
+            )
         if self.dist.is_main:
             self.metrics.truncate_after(self.state.step)
-        logger.info(
-            "resumed from %s (update %d, epoch %d)",
-            checkpoint.path.name,
-            self.state.step,
-            self.state.epoch,
-        )
 
     # ------------------------------------------------------------------ loop
     def run(self) -> TrainResult:
@@ -354,9 +302,9 @@ class Trainer:
         """Validate (rank 0), track the best checkpoint, save; ``"early_stopping"`` or ``""``."""
         self.state.epoch = self.batcher.epoch
         model = self.parallel.evaluation_model(self.device)
-        metrics = self._validate(model) if self.dist.is_main else {}
+        metrics = self.evaluator.validate(model, self.valid) if self.dist.is_main else {}
         metrics = self.dist.broadcast_object(metrics)  # type: ignore[assignment]
-        is_best = bool(metrics) and self._track_best(metrics)
+        is_best = bool(metrics) and track_best(self.state, metrics, self.config.train)
         if metrics and self.dist.is_main:
             self._report_validation(model, metrics)
         self._save(started, is_best=is_best, model=model)
@@ -364,20 +312,6 @@ class Trainer:
         if patience and self.state.bad_epochs >= patience:
             return "early_stopping"
         return ""
-
-    def _validate(self, model: Seq2Seq) -> dict[str, float]:
-        return {} if self.valid is None else self.evaluator.validate(model, self.valid)
-
-    def _track_best(self, metrics: dict[str, float]) -> bool:
-        """Whether ``metrics`` beat the best so far (``train.best_metric``); counts bad epochs."""
-        key = best_metric_key(self.config.train)
-        better = improves(key, metrics[key], self.state.best_metric)
-        if better:
-            self.state.best_metric, self.state.best_step = metrics[key], self.state.step
-            self.state.bad_epochs = 0
-        else:
-            self.state.bad_epochs += 1
-        return better
 
     def _report_validation(self, model: Seq2Seq, metrics: dict[str, float]) -> None:
         """The ``valid`` record, log line, progress line, coefficients and learning curve."""
@@ -398,27 +332,18 @@ class Trainer:
         )
 
     def _save(self, started: float, *, is_best: bool, model: Seq2Seq | None = None) -> Path:
-        """Rank 0 writes the checkpoint; every rank waits for it and gets its path (with FSDP
-        every rank takes part in gathering the weights and optimizer state first)."""
+        """A checkpoint of the current state (with FSDP every rank takes part in gathering the
+        weights and optimizer state first); its path on every rank."""
         self.state.elapsed_seconds = time.perf_counter() - started
         self.state.batcher = dict(self.batcher.state_dict())
-        path = self.ckpt_root / checkpoint_name(self.state.step)
         model = model if model is not None else self.parallel.evaluation_model(self.device)
-        optimizer_state = self.parallel.optimizer_state(self.optimizer)
-        if self.dist.is_main:
-            path = save_checkpoint(
-                self.ckpt_root,
-                model=model,
-                tokenizers=self.tokenizers,
-                config_yaml=self.config.to_yaml(),
-                optimizer_state=optimizer_state,
-                scheduler=self.scheduler,
-                state=self.state,
-                keep_last=self.config.train.keep_last,
-                is_best=is_best,
-            )
-        self.dist.barrier()
-        return path
+        return self.checkpoints.save(
+            self.state,
+            model=model,
+            optimizer_state=self.parallel.optimizer_state(self.optimizer),
+            scheduler=self.scheduler,
+            is_best=is_best,
+        )
 
     def _finish(self, last: Path) -> TrainResult:
         """Check the ranks agree, then (rank 0) validate or decode the test set and summarise."""
@@ -430,33 +355,26 @@ class Trainer:
         model = self.parallel.evaluation_model(self.device)
         index = read_index(self.ckpt_root)
         best = self.ckpt_root / index["best"] if index.get("best") else None
-        result = TrainResult(
-            output_dir=self.out,
-            steps=self.state.step,
-            epochs=self.state.epoch,
-            elapsed_seconds=self.state.elapsed_seconds,
-            best_metric=self.state.best_metric,
-            best_checkpoint=best,
-            last_checkpoint=last,
-            valid={},
-            test={},
-        )
-        if not self.dist.is_main:
-            return result
-        valid = self._validate(model) if best is None else {}
+        valid: dict[str, float] = {}
         test: dict[str, float] = {}
-        if self.config.data.test:
-            if best is not None:
-                model = Seq2Seq.from_pretrained(best).to(self.device)
-            test = self._test(model)
-        result = replace(result, valid=valid, test=test)
-        write_summary(
-            result,
-            parameters=model.num_parameters(),
-            world_size=self.dist.world_size,
-            parallel=self.config.train.parallel if self.dist.enabled else "none",
-            digests=[str(d) for d in digests],
+        if self.dist.is_main:
+            valid = self.evaluator.validate(model, self.valid) if best is None else {}
+            if self.config.data.test:
+                if best is not None:
+                    model = Seq2Seq.from_pretrained(best).to(self.device)
+                test = self._test(model)
+        s = self.state
+        result = TrainResult(
+            self.out, s.step, s.epoch, s.elapsed_seconds, s.best_metric, best, last, valid, test
         )
+        if self.dist.is_main:
+            write_summary(
+                result,
+                parameters=model.num_parameters(),
+                world_size=self.dist.world_size,
+                parallel=self.config.train.parallel if self.dist.enabled else "none",
+                digests=[str(d) for d in digests],
+            )
         return result
 
     def _test(self, model: Seq2Seq) -> dict[str, float]:

@@ -17,17 +17,11 @@ from odet.evaluation.scoring import score_text
 from odet.generation.text import GenerationConfig, Translator
 from odet.models import Seq2Seq
 from odet.models.probes import coefficient_snapshot, has_learned_coefficients
+from odet.training.checkpoint import TrainerState
 from odet.training.config import DataConfig, LoopConfig, TrainConfig
 from odet.training.loss import label_smoothed_loss
+from odet.training.prepare import ValidationSet
 from odet.training.step import ForwardPrecision
-
-
-@dataclass(frozen=True)
-class ValidationSet:
-    """The validation pairs as text (for metrics) and as token ids (for the loss)."""
-
-    pairs: TextPairs
-    dataset: ParallelDataset
 
 
 @torch.no_grad()
@@ -86,6 +80,19 @@ def improves(key: str, value: float, best: float | None) -> bool:
     return best is None or (value < best if key == "loss" else value > best)
 
 
+def track_best(state: TrainerState, metrics: dict[str, float], train: LoopConfig) -> bool:
+    """Whether ``metrics`` beat the best so far (``train.best_metric``); updates the best and
+    the count of epochs without improvement (for ``train.patience``) in ``state``."""
+    key = best_metric_key(train)
+    better = improves(key, metrics[key], state.best_metric)
+    if better:
+        state.best_metric, state.best_step = metrics[key], state.step
+        state.bad_epochs = 0
+    else:
+        state.bad_epochs += 1
+    return better
+
+
 @dataclass(frozen=True)
 class Evaluator:
     """Validation and test decoding for one run: its config, tokenizer and device."""
@@ -104,9 +111,12 @@ class Evaluator:
         with self.precision.context():
             return translator.translate(sentences, progress=self.progress)
 
-    def validate(self, model: Seq2Seq, valid: ValidationSet) -> dict[str, float]:
+    def validate(self, model: Seq2Seq, valid: ValidationSet | None) -> dict[str, float]:
         """``loss`` and ``ppl``, and ``train.valid_metric`` of greedy or beam decoding (with
-        ``train.valid_beam_size``) unless it is ``"none"``; leaves ``model`` in train mode."""
+        ``train.valid_beam_size``) unless it is ``"none"``; leaves ``model`` in train mode.
+        Nothing (``{}``) without validation data."""
+        if valid is None:
+            return {}
         loss = validation_loss(
             model,
             valid.dataset,
