@@ -61,3 +61,9 @@ def test_config_docs_check_fails_on_a_stale_file(tmp_path, capsys):
     assert main(["config", "docs", "--out", str(stale), "--check"]) == 2
     assert "is out of date" in capsys.readouterr().err
     assert stale.read_text(encoding="utf-8") == "old\n"
+
+
+def test_every_key_of_the_reference_has_a_meaning():
+    from odet.reference import undocumented
+
+    assert undocumented() == []

@@ -176,7 +176,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from odet.analysis.blocks import analyze_runs
+    from odet.analysis import analyze_runs
 
     report = analyze_runs(args.runs, args.out, sentences=args.sentences)
     for name, entry in report.items():

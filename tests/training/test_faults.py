@@ -12,7 +12,7 @@ import time
 
 import torch
 
-import odet.training.trainer as trainer_module
+import odet.training.step as trainer_module
 from odet.cli import main
 from odet.models import Seq2Seq
 from odet.training import TrainConfig, train

@@ -9,7 +9,6 @@ from odet.models import Seq2Seq
 from odet.training import TrainConfig, train
 from odet.training.average import average_checkpoints
 from odet.training.checkpoint import latest_checkpoint
-from odet.training.trainer import _parameter_digest
 from tests.training.conftest import tiny_config, write_config
 
 
@@ -209,12 +208,3 @@ def test_multistep_and_predictor_corrector_runs_finish_and_write_a_summary(
     config = tiny_config(copy_data, tmp_path / "run", model=model, train={"max_updates": 2})
     result = train(TrainConfig.from_dict(config))
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == result.steps == 2
-
-
-def test_parameter_digest_covers_scalar_parameters():
-    model = torch.nn.Module()
-    model.alpha = torch.nn.Parameter(torch.tensor(0.5))
-    before = _parameter_digest(model)
-    with torch.no_grad():
-        model.alpha.fill_(0.25)
-    assert _parameter_digest(model) != before

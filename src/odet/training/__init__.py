@@ -1,4 +1,5 @@
-"""Training: typed configs, label-smoothed loss, warmup schedule, checkpoints and the trainer."""
+"""Training: typed configs, data preparation, train_step / apply_update, data parallelism,
+validation, checkpoints, and the trainer that orders them."""
 
 from odet.training.checkpoint import (
     Checkpoint,

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
-from odet.generation.text import GenerationConfig
+from odet.generation import GenerationConfig
 from odet.models import Seq2SeqConfig
 from odet.nn import Precision
 from odet.training.schedule import ScheduleName
@@ -43,24 +43,43 @@ class DataConfig:
     """
 
     data_dir: str = "."
+    """Directory that relative file names below are resolved against."""
     format: Literal["text", "jsonl"] = "text"
+    """``text``: line-aligned source/target files; ``jsonl``: one JSON object per line."""
     train: tuple[str, ...] = ()
+    """The training split's files (required)."""
     valid: tuple[str, ...] = ()
+    """The validation split's files; empty: no validation."""
     test: tuple[str, ...] = ()
+    """The test split's files, decoded and scored after training; empty: none."""
     valid_references: tuple[str, ...] = ()
+    """Extra line-aligned reference files of the validation split."""
     test_references: tuple[str, ...] = ()
+    """Extra line-aligned reference files of the test split."""
     source_field: str = "source"
+    """JSON Lines: the field holding the source text."""
     target_field: str = "target"
+    """JSON Lines: the field holding the target text."""
     vocab_size: int = 8000
+    """SentencePiece vocabulary size (per side when not joint)."""
     tokenizer_type: Literal["bpe", "unigram"] = "bpe"
+    """SentencePiece model type."""
     joint_vocab: bool = True
+    """One tokenizer for both sides, or one per side."""
     tokenizer_sentences: int = 0
+    """Train the tokenizer on a random sample of this many sentences (0: all)."""
     user_defined_symbols: tuple[str, ...] = ()
+    """Strings the tokenizer keeps as single pieces (e.g. speaker markers)."""
     max_source_tokens: int = 256
+    """Training pairs with longer sources are dropped."""
     max_target_tokens: int = 256
+    """Training pairs with longer targets are dropped."""
     max_ratio: float = 0.0
+    """Training pairs whose length ratio exceeds this are dropped (0: no limit)."""
     truncate_source: int = 0
+    """Cut every source to this many tokens before filtering (0: off)."""
     valid_limit: int = 0
+    """Validate on the first this many pairs only (0: all)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -91,16 +110,27 @@ class OptimConfig:
     """
 
     lr: float = 1e-3
+    """Peak learning rate, reached at the end of warmup."""
     betas: tuple[float, float] = (0.9, 0.98)
+    """Adam's β1, β2."""
     eps: float = 1e-8
+    """Adam's ε."""
     weight_decay: float = 0.0
+    """Adam's (L2) weight decay."""
     warmup_updates: int = 4000
+    """Updates of linear warmup from ``warmup_init_lr`` to ``lr``."""
     warmup_init_lr: float = 1e-7
+    """Learning rate at the first update."""
     schedule: ScheduleName = "inverse_sqrt"
+    """Decay after warmup."""
     min_lr_ratio: float = 0.0
+    """``cosine``/``linear``: the final lr as a fraction of ``lr``."""
     clip_norm: float = 0.0
+    """Clip the total gradient norm to this (0: no clipping)."""
     label_smoothing: float = 0.1
+    """ε of label-smoothed cross-entropy."""
     arclength_weight: float = 0.0
+    """λ of the arclength regulariser of a continuous encoder (0: off)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -121,26 +151,47 @@ class LoopConfig:
     """How long to train, how batches are formed, and what is saved and validated when."""
 
     max_tokens: int = 4096
+    """Padded tokens per batch (rows × the longer side's length), per rank."""
     max_sentences: int = 0
+    """Sentences per batch at most (0: no limit)."""
     update_freq: int = 1
+    """Batches accumulated into one update."""
     max_epochs: int = 10
+    """Stop after this many epochs."""
     max_updates: int = 0
+    """Stop after this many updates (0: no limit)."""
     max_minutes: float = 0.0
+    """Stop after this much training time, resumes included (0: no limit)."""
     precision: Precision = "fp32"
+    """Forward passes in fp32, or bf16 autocast (weights stay fp32)."""
     bf16_sdpa: Literal["math", "fused"] = "math"
+    """bf16 on CPU: SDPA's math backend, or let torch pick the fused kernel."""
     activation_checkpointing: bool = False
+    """Recompute block activations in the backward pass to save memory."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """``auto``: CUDA when available (a ``torchrun`` rank uses its own)."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
+    """Under ``torchrun``: replicate (DDP) or shard (FSDP) the model."""
     threads: int = 0
+    """CPU threads for torch (0: torch's default)."""
     save_every_updates: int = 0
+    """Also checkpoint every this many updates (0: at epoch ends only)."""
     keep_last: int = 3
+    """The newest checkpoints kept (the best one is kept too)."""
     max_bad_updates: int = 5
+    """Stop after this many non-finite updates in a row."""
     patience: int = 0
+    """Stop after this many validations without improvement (0: never)."""
     valid_metric: Literal["none", "bleu", "chrf", "rouge", "gleu"] = "bleu"
+    """Metric of decoded validation and test output; ``none``: loss (test: BLEU)."""
     valid_beam_size: int = 1
+    """Beam size of validation decoding."""
     best_metric: Literal["metric", "loss"] = "metric"
+    """What picks the best checkpoint: ``valid_metric`` or validation loss."""
     log_every: int = 50
+    """Write a ``train`` record every this many updates."""
     progress: bool = True
+    """Show progress bars."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -171,12 +222,19 @@ class TrainConfig:
     """Everything ``odet train`` needs (see the module docstring for the YAML layout)."""
 
     output_dir: str
+    """The run directory (created; rerunning resumes it)."""
     data: DataConfig
+    """The ``data`` section."""
     model: dict[str, Any] = field(default_factory=dict)
+    """``Seq2SeqConfig`` keys except the vocabulary size and special ids."""
     optim: OptimConfig = field(default_factory=OptimConfig)
+    """The ``optim`` section."""
     train: LoopConfig = field(default_factory=LoopConfig)
+    """The ``train`` section."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Search settings of validation and test decoding."""
     seed: int = 1
+    """Seed of the initial weights, dropout and batch order."""
 
     def __post_init__(self) -> None:
         check_types(self)

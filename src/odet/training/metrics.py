@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,32 @@ class MetricsLog:
         """Drop records logged after ``step`` (on resume, the steps will be redone)."""
         kept = [r for r in self.read() if r.get("step", 0) <= step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+
+@dataclass
+class ThroughputWindow:
+    """Target tokens, wall time and encoder NFE since the last ``train`` record."""
+
+    tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    nfe_sum: float = 0.0
+    nfe_batches: int = 0
+
+    def add_nfe(self, nfe: float | None) -> None:
+        """Count one batch's mean NFE (``None``: a discrete encoder, nothing to count)."""
+        if nfe is not None:
+            self.nfe_sum += nfe
+            self.nfe_batches += 1
+
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.started, 1e-9)
+
+    def mean_nfe(self) -> float | None:
+        return self.nfe_sum / self.nfe_batches if self.nfe_batches else None
+
+    def restart(self) -> None:
+        self.tokens, self.started = 0, time.perf_counter()
+        self.nfe_sum, self.nfe_batches = 0.0, 0
 
 
 def _clean(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""What each block of a trained model does: its coefficients and the size of its update.
+"""Pure probes of a trained ``Seq2Seq``: what each block does, measured without changing it.
 
 Two views from the ODE Transformer paper's analysis:
 
@@ -8,8 +8,8 @@ Two views from the ODE Transformer paper's analysis:
 - **update sizes**: ``‖y_{l+1} − y_l‖ / ‖y_l‖`` per block, averaged over real tokens — the
   "truncation error" view: how far each block moves the representation.
 
-Measurements use forward hooks on the blocks of a model in eval mode; they never change what
-the model computes.
+Every probe is a function of a model and a batch only. Measurements use forward hooks on the
+blocks of a model in eval mode; they never change what the model computes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,15 @@ import torch
 from torch import Tensor, nn
 
 from odet.blocks import Coefficients, DLCLStack, FixedCoefficients, GatedCoefficients, Stack
-from odet.models import Seq2Seq
+from odet.models.seq2seq import Seq2Seq
+
+__all__ = [
+    "GateStats",
+    "coefficient_snapshot",
+    "gate_statistics",
+    "has_learned_coefficients",
+    "update_sizes",
+]
 
 
 def _stacks(model: Seq2Seq) -> dict[str, Stack]:
@@ -170,154 +178,3 @@ def update_sizes(model: Seq2Seq, src: Tensor, tgt_in: Tensor) -> dict[str, list[
         results[name] = [value for _, value in sorted(records)]
     model.train(was_training)
     return results
-
-
-def _batch(model: Seq2Seq, tokenizers: Any, sources: list[str], targets: list[str]) -> Any:
-    from odet.data import ParallelDataset
-
-    dataset = ParallelDataset.from_texts(sources, targets, tokenizers)
-    limit = model.config.max_positions - 1
-    clipped = ParallelDataset(
-        [dataset[i][0][:limit] for i in range(len(dataset))],
-        [dataset[i][1][:limit] for i in range(len(dataset))],
-    )
-    return clipped.batch(list(range(len(clipped))))
-
-
-def analyze_runs(runs: list[str], out: str, *, sentences: int = 64) -> dict[str, Any]:
-    """``odet analyze``: update sizes, coefficients and gate statistics of each run's best
-    checkpoint on its first ``sentences`` validation pairs (text or JSON Lines data), and the
-    coefficients logged over training; writes ``analysis.json``, ``update_sizes.png`` and
-    ``coefficients.png`` to ``out``, and ``layer_weights.png`` when a run has a DLCL stack."""
-    import json
-    from pathlib import Path
-
-    from odet.data import TokenizerPair
-    from odet.training import load_train_config, resolve_model_dir
-    from odet.training.metrics import MetricsLog
-    from odet.training.trainer import read_split
-
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {}
-    names = [Path(run).name for run in runs]
-    unique = len(set(names)) == len(names)
-    for run in runs:
-        run_dir = Path(run)
-        label = run_dir.name if unique else f"{run_dir.parent.name}/{run_dir.name}"
-        model_dir = resolve_model_dir(run_dir, "best")
-        model = Seq2Seq.from_pretrained(model_dir).eval()
-        tokenizers = TokenizerPair.load(model_dir)
-        config = load_train_config(model_dir / "train_config.yaml")
-        pairs = read_split(config.data, config.data.valid or config.data.train).head(sentences)
-        batch = _batch(model, tokenizers, list(pairs.source), list(pairs.target))
-        history = [
-            r for r in MetricsLog(run_dir / "metrics.jsonl").read() if r["event"] == "coefficients"
-        ]
-        report[label] = {
-            "checkpoint": str(model_dir),
-            "encoder_method": model.config.encoder_method,
-            "decoder_method": model.config.decoder_method,
-            "update_sizes": update_sizes(model, batch.src, batch.tgt_in),
-            "coefficients": coefficient_snapshot(model, batch.src, batch.tgt_in),
-            "gates": gate_statistics(model, batch.src, batch.tgt_in),
-            "coefficient_history": history,
-        }
-    (out_dir / "analysis.json").write_text(json.dumps(report, indent=2) + "\n")
-    _plot_update_sizes(report, out_dir / "update_sizes.png")
-    _plot_coefficients(report, out_dir / "coefficients.png")
-    _plot_layer_weights(report, out_dir / "layer_weights.png")
-    return report
-
-
-def _plot_update_sizes(report: dict[str, Any], path: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for name, entry in report.items():
-        for ax, stack in zip(axes, ("encoder", "decoder")):
-            sizes = entry["update_sizes"][stack]
-            label = f"{name} ({entry[f'{stack}_method']})"
-            ax.plot(range(1, len(sizes) + 1), sizes, "o-", label=label)
-    for ax, stack in zip(axes, ("encoder", "decoder")):
-        ylabel = r"$\|y_{l+1} - y_l\| \,/\, \|y_l\|$"
-        ax.set(xlabel=f"{stack} block", ylabel=ylabel, title=stack)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _plot_coefficients(report: dict[str, Any], path: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    plotted = False
-    for name, entry in report.items():
-        history = entry["coefficient_history"]
-        for stack in ("encoder", "decoder"):
-            blocks = [r[stack] for r in history]
-            steps = [r["step"] for r in history]
-            for b in range(len(blocks[0]) if blocks else 0):
-                series = [row[b][0] for row in blocks if row[b]]
-                if len(series) == len(steps) and series and max(series) > min(series):
-                    ax.plot(steps, series, "o-", ms=3, label=f"{name} {stack} block {b + 1}")
-                    plotted = True
-    ax.set(xlabel="update", ylabel="gate mean g / first stage weight")
-    ax.grid(alpha=0.3)
-    if plotted:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(
-            0.5, 0.5, "no learned coefficients in these runs", ha="center", transform=ax.transAxes
-        )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _plot_layer_weights(report: dict[str, Any], path: Any) -> None:
-    """The learned DLCL combinations ``W`` (one heat map per DLCL stack); nothing without one."""
-    panels = [
-        (f"{name} {key.removesuffix('_layers')}", rows)
-        for name, entry in report.items()
-        for key, rows in entry["coefficients"].items()
-        if key.endswith("_layers")
-    ]
-    if not panels:
-        return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], panels):
-        dense = np.full((len(rows), len(rows)), np.nan)
-        for l, row in enumerate(rows):
-            dense[l, : len(row)] = row
-        image = ax.imshow(dense, cmap="viridis")
-        low, high = np.nanmin(dense), np.nanmax(dense)
-        for (l, k), value in np.ndenumerate(dense):
-            if not np.isnan(value):
-                light = high > low and (value - low) / (high - low) > 0.6
-                color = "k" if light else "w"
-                ax.text(k, l, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
-        labels = ["emb", *(f"y{k}" for k in range(1, len(rows)))]
-        ax.set_xticks(range(len(rows)), labels)
-        ax.set_yticks(range(len(rows)), [*(f"in {l + 1}" for l in range(len(rows) - 1)), "out"])
-        ax.set_title(f"{title}: W[l, k]", fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -1,18 +1,15 @@
-import json
+"""The pure probes of a model: update sizes, coefficients and gate statistics."""
 
 import pytest
 import torch
 
-from odet.analysis.blocks import (
+from odet.models import Seq2Seq, Seq2SeqConfig
+from odet.models.probes import (
     coefficient_snapshot,
     gate_statistics,
     has_learned_coefficients,
     update_sizes,
 )
-from odet.cli import main
-from odet.models import Seq2Seq, Seq2SeqConfig
-from odet.training import TrainConfig, train
-from tests.training.conftest import copy_data, tiny_config  # noqa: F401
 
 
 def _model(**overrides) -> Seq2Seq:
@@ -158,29 +155,3 @@ def test_gate_statistics_detect_saturated_and_neutral_gates():
     assert all(s["saturated"] > 0.9 and s["logit_rms"] > 50 for s in saturated)
     euler = gate_statistics(_model(), src, tgt)
     assert euler == {"encoder": [None, None, None], "decoder": [None, None]}
-
-
-def test_analyze_command_writes_plots_and_json(copy_data, tmp_path, capsys):  # noqa: F811
-    runs = []
-    for name, model in [
-        ("euler", {}),
-        ("gated", {"encoder_method": "rk2", "coefficients": "gated"}),
-        ("dlcl", {"encoder_method": "dlcl"}),
-    ]:
-        run = tmp_path / name
-        train(
-            TrainConfig.from_dict(tiny_config(copy_data, run, model=model, train={"max_epochs": 2}))
-        )
-        runs.append(str(run))
-    assert main(["analyze", *runs, "--out", str(tmp_path / "analysis"), "--sentences", "16"]) == 0
-    printed = capsys.readouterr().out
-    assert "dlcl: encoder DLCL output weights (embedding, blocks 1…): " in printed
-    report = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
-    assert report["gated"]["coefficient_history"][-1]["step"] > 0
-    assert len(report["euler"]["update_sizes"]["encoder"]) == 1
-    assert report["euler"]["gates"]["encoder"] == [None]
-    assert 0 <= report["gated"]["gates"]["encoder"][0]["saturated"] <= 1
-    assert "encoder_layers" in report["dlcl"]["coefficient_history"][-1]
-    assert len(report["dlcl"]["coefficients"]["encoder_layers"]) == 2  # W rows: block 1, output
-    for png in ("update_sizes.png", "coefficients.png", "layer_weights.png"):
-        assert (tmp_path / "analysis" / png).stat().st_size > 1000

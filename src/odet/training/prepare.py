@@ -1,0 +1,178 @@
+"""From the files a ``DataConfig`` names to token ids: reading splits, training the tokenizer,
+encoding, truncating and length-filtering. Nothing here knows about models or optimizers."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from odet.data import (
+    DataError,
+    LengthFilter,
+    ParallelDataset,
+    TextPairs,
+    TokenBudgetBatcher,
+    Tokenizer,
+    TokenizerPair,
+    read_jsonl_pairs,
+    read_parallel_text,
+)
+from odet.training.config import DataConfig, LoopConfig
+from odet.training.distributed import DistributedContext
+
+logger = logging.getLogger("odet.train")
+
+
+def read_split(data: DataConfig, files: tuple[str, ...]) -> TextPairs:
+    """Read one split (text pair or JSON Lines) and log what was skipped."""
+    if data.format == "text":
+        pairs = read_parallel_text(data.path(files[0]), data.path(files[1]))
+    else:
+        pairs = read_jsonl_pairs(data.path(files[0]), data.source_field, data.target_field)
+    report = pairs.report.as_dict()
+    skipped = {k: v for k, v in report.items() if k.startswith("skipped") and v}
+    logger.info("read %s: %d pairs%s", files[0], len(pairs), f", {skipped}" if skipped else "")
+    return pairs
+
+
+def read_valid_split(data: DataConfig) -> TextPairs | None:
+    """The validation pairs, cut to ``data.valid_limit`` when set; ``None`` without a split."""
+    if not data.valid:
+        return None
+    pairs = read_split(data, data.valid)
+    return pairs.head(data.valid_limit) if data.valid_limit else pairs
+
+
+def train_tokenizers(data: DataConfig, pairs: TextPairs) -> TokenizerPair:
+    """SentencePiece on the training text: one joint model, or one per side."""
+    options: dict[str, Any] = dict(
+        vocab_size=data.vocab_size,
+        model_type=data.tokenizer_type,
+        user_defined_symbols=data.user_defined_symbols,
+        input_sentence_size=data.tokenizer_sentences,
+    )
+    if data.joint_vocab:
+        return TokenizerPair.joint(Tokenizer.train([*pairs.source, *pairs.target], **options))
+    return TokenizerPair(
+        Tokenizer.train(pairs.source, **options), Tokenizer.train(pairs.target, **options)
+    )
+
+
+def has_tokenizer(directory: Path) -> bool:
+    """Whether ``directory`` holds a saved tokenizer (joint, or the source side of a pair)."""
+    joint, source = directory / "tokenizer.model", directory / "tokenizer.src.model"
+    return joint.is_file() or source.is_file()
+
+
+def prepare_tokenizer(data: DataConfig, pairs: TextPairs, directory: Path) -> None:
+    """Train and save the tokenizer in ``directory`` unless one is there (a resumed run)."""
+    if has_tokenizer(directory):
+        return
+    started = time.perf_counter()
+    train_tokenizers(data, pairs).save(directory)
+    logger.info("trained the tokenizer in %.1fs", time.perf_counter() - started)
+
+
+def make_batcher(
+    dataset: ParallelDataset, train: LoopConfig, *, seed: int, num_shards: int, shard_index: int
+) -> TokenBudgetBatcher:
+    """The resumable training batcher: ``train.max_tokens`` per batch, shuffled per epoch
+    with ``seed``, this rank's shard of every epoch."""
+    return TokenBudgetBatcher(
+        dataset.source_sizes,
+        dataset.target_sizes,
+        train.max_tokens,
+        max_sentences=train.max_sentences or None,
+        seed=seed,
+        num_shards=num_shards,
+        shard_index=shard_index,
+    )
+
+
+def truncate_sources(dataset: ParallelDataset, limit: int) -> ParallelDataset:
+    """Every source cut to its first ``limit`` tokens (targets unchanged); logs how many were."""
+    logger.info(
+        "truncated %d of %d sources to %d tokens",
+        int((dataset.source_lengths > limit).sum()),
+        len(dataset),
+        limit,
+    )
+    return ParallelDataset(
+        [dataset[i][0][:limit] for i in range(len(dataset))],
+        [dataset[i][1] for i in range(len(dataset))],
+    )
+
+
+def apply_length_filter(data: DataConfig, dataset: ParallelDataset) -> ParallelDataset:
+    """The pairs within ``data.max_source_tokens`` / ``max_target_tokens`` / ``max_ratio``.
+
+    Raises ``DataError`` when no pair is left, since training could not start.
+    """
+    length_filter = LengthFilter(
+        max_source_tokens=data.max_source_tokens,
+        max_target_tokens=data.max_target_tokens,
+        max_ratio=data.max_ratio or None,
+    )
+    kept, report = dataset.filter(length_filter)
+    logger.info("length filter: %s", report.as_dict())
+    if len(kept) == 0:
+        raise DataError("the length filter dropped every training pair; check data.max_*")
+    return kept
+
+
+@dataclass(frozen=True)
+class ValidationSet:
+    """The validation pairs as text (for metrics) and as token ids (for the loss)."""
+
+    pairs: TextPairs
+    dataset: ParallelDataset
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Everything a run trains and validates on, as token ids."""
+
+    tokenizers: TokenizerPair
+    train: ParallelDataset
+    """The length-filtered training pairs."""
+    valid: ValidationSet | None
+    """The validation split on rank 0 (``None`` on other ranks and without ``data.valid``)."""
+
+
+def prepare_data(
+    data: DataConfig, tokenizer_dir: Path, dist: DistributedContext, *, progress: bool = False
+) -> PreparedData:
+    """Read and encode the splits; rank 0 trains the tokenizer into ``tokenizer_dir`` on a
+    run's first start, and every rank loads it from there."""
+    train_pairs = read_split(data, data.train)
+    if dist.is_main:
+        prepare_tokenizer(data, train_pairs, tokenizer_dir)
+    dist.barrier()
+    tokenizers = TokenizerPair.load(tokenizer_dir)
+    train = encode_split(data, train_pairs, tokenizers, filter_lengths=True, progress=progress)
+    valid = None
+    valid_pairs = read_valid_split(data) if dist.is_main else None
+    if valid_pairs is not None:
+        dataset = encode_split(data, valid_pairs, tokenizers, filter_lengths=False)
+        valid = ValidationSet(valid_pairs, dataset)
+    return PreparedData(tokenizers, train, valid)
+
+
+def encode_split(
+    data: DataConfig,
+    pairs: TextPairs,
+    tokenizers: TokenizerPair,
+    *,
+    filter_lengths: bool,
+    progress: bool = False,
+) -> ParallelDataset:
+    """Token ids for a split; training data is length-filtered (the report is logged)."""
+    dataset = ParallelDataset.from_texts(pairs.source, pairs.target, tokenizers, progress=progress)
+    if data.truncate_source:
+        dataset = truncate_sources(dataset, data.truncate_source)
+    if filter_lengths:
+        dataset = apply_length_filter(data, dataset)
+    return dataset

@@ -1,0 +1,200 @@
+"""One training step and one optimizer update, as functions with typed results.
+
+``train_step`` is the forward pass, the loss (label smoothing plus regularisers such as the
+arclength of a continuous encoder), the backward pass and the step's statistics (NFE);
+``apply_update`` turns the accumulated gradients of one or more steps into an update: rescale,
+clip, skip when non-finite, optimizer and schedule step. The trainer only orders them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from odet.data import Batch
+from odet.nn.precision import Precision, autocast_bf16, precision_context
+from odet.training.checkpoint import TrainerState
+from odet.training.config import LoopConfig, OptimConfig
+from odet.training.loss import label_smoothed_loss
+from odet.training.schedule import make_schedule
+
+logger = logging.getLogger("odet.train")
+
+
+@dataclass(frozen=True)
+class ForwardPrecision:
+    """The precision of forward passes (training and validation) on one kind of device."""
+
+    precision: Precision
+    device_type: str
+    math_sdpa: bool = True
+    """bf16 on CPU: restrict SDPA to its math backend (``train.bf16_sdpa: math``)."""
+
+    @classmethod
+    def from_config(cls, train: LoopConfig, device: torch.device) -> ForwardPrecision:
+        return cls(train.precision, device.type, math_sdpa=train.bf16_sdpa == "math")
+
+    def context(self) -> AbstractContextManager[None]:
+        """A fresh context for one forward pass (see :mod:`odet.nn.precision`)."""
+        if self.precision == "bf16" and not self.math_sdpa:
+            return autocast_bf16(self.device_type, math_sdpa=False)
+        return precision_context(self.precision, self.device_type)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a training step minimises."""
+
+    pad_id: int
+    label_smoothing: float
+    arclength_weight: float = 0.0
+    """λ of the arclength regulariser ``λ · mean arclength`` per target token (0: off)."""
+
+    @classmethod
+    def from_config(cls, optim: OptimConfig, pad_id: int) -> Objective:
+        return cls(pad_id, optim.label_smoothing, optim.arclength_weight)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The sums one batch adds to an update (normalised per token only at the update)."""
+
+    loss: float
+    """Training loss summed over target tokens: label-smoothed NLL plus regularisers."""
+    nll: float
+    """NLL summed over target tokens, without smoothing or regularisers."""
+    tokens: int
+    """Target tokens (non-padding) of the batch."""
+    nfe: float | None
+    """Mean encoder function evaluations per sentence; ``None`` for a discrete encoder."""
+
+
+def train_step(
+    model: nn.Module, batch: Batch, objective: Objective, precision: ForwardPrecision
+) -> StepResult:
+    """Forward, loss and backward for one batch; gradients accumulate in ``model``.
+
+    ``model`` is the module training calls (the model or its data-parallel wrapper) and must
+    return ``(logits, stats)`` for ``with_stats=True``; ``stats`` is ``None`` unless the encoder
+    is continuous.
+    """
+    with precision.context():
+        logits, stats = model(batch.src, batch.tgt_in, with_stats=True)
+        loss, nll, ntok = label_smoothed_loss(
+            logits, batch.tgt_out, smoothing=objective.label_smoothing, pad_id=objective.pad_id
+        )
+        nfe = None if stats is None else float(stats.nfe.float().mean())
+        if objective.arclength_weight and stats is not None:
+            # λ · mean arclength per update, after normalising by its tokens
+            loss = loss + objective.arclength_weight * stats.arclength.mean() * ntok
+    loss.backward()
+    return StepResult(loss=loss.item(), nll=nll.item(), tokens=ntok, nfe=nfe)
+
+
+@dataclass
+class Accumulation:
+    """The sums of the steps accumulated into the coming update (on this rank)."""
+
+    batches: int = 0
+    tokens: int = 0
+    loss: float = 0.0
+    nll: float = 0.0
+
+    def add(self, step: StepResult) -> None:
+        self.batches += 1
+        self.tokens += step.tokens
+        self.loss += step.loss
+        self.nll += step.nll
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What ``apply_update`` did."""
+
+    applied: bool
+    """False: the update was skipped (non-finite loss or gradients) and gradients cleared."""
+    loss_finite: bool
+    grad_norm: float
+    """Total gradient norm after rescaling, before clipping."""
+
+
+def build_optimizer(
+    params: Iterable[nn.Parameter], optim: OptimConfig, max_updates: int
+) -> tuple[Optimizer, LRScheduler]:
+    """Adam and its learning-rate schedule (``max_updates``: the length decaying schedules
+    need)."""
+    optimizer = torch.optim.Adam(
+        params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay
+    )
+    scheduler = make_schedule(
+        optimizer,
+        optim.schedule,
+        warmup=optim.warmup_updates,
+        warmup_init_lr=optim.warmup_init_lr,
+        total=max_updates,
+        min_ratio=optim.min_lr_ratio,
+    )
+    return optimizer, scheduler
+
+
+def apply_update(
+    params: Iterable[nn.Parameter],
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    *,
+    loss: float,
+    tokens: float,
+    world_size: int,
+    clip_norm: float,
+) -> UpdateResult:
+    """Rescale, clip and apply the accumulated gradients of summed losses as one update.
+
+    ``loss`` and ``tokens`` are the update's sums over all ranks. Gradients are divided by the
+    update's target tokens, times ``world_size`` because DDP averages gradients over ranks.
+    ``clip_norm`` 0 disables clipping. A non-finite loss or gradient norm skips the update.
+    """
+    params = list(params)
+    scale = world_size / max(tokens, 1.0)
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(scale)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip_norm or float("inf"))
+    if isinstance(grad_norm, DTensor):
+        grad_norm = grad_norm.full_tensor()
+    loss_finite = math.isfinite(loss)
+    if not (loss_finite and torch.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return UpdateResult(applied=False, loss_finite=loss_finite, grad_norm=float(grad_norm))
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return UpdateResult(applied=True, loss_finite=True, grad_norm=float(grad_norm))
+
+
+def record_skipped_update(state: TrainerState, result: UpdateResult, *, max_in_a_row: int) -> None:
+    """Count a skipped update in ``state`` and log it; ``max_in_a_row`` in a row stop training
+    with ``FloatingPointError``."""
+    state.skipped_updates += 1
+    state.bad_in_a_row += 1
+    logger.warning(
+        "non-finite %s at update %d: step skipped (%d in a row, %d in total)",
+        "gradients" if result.loss_finite else "loss",
+        state.step + 1,
+        state.bad_in_a_row,
+        state.skipped_updates,
+    )
+    if state.bad_in_a_row >= max_in_a_row:
+        raise FloatingPointError(
+            f"{state.bad_in_a_row} updates in a row had non-finite loss or "
+            f"gradients (at update {state.step + 1}); lower optim.lr, "
+            "enable optim.clip_norm, or check the data"
+        )

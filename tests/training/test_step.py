@@ -1,0 +1,164 @@
+"""One training step and one update, checked against the same computation written out."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from odet.data import ParallelDataset
+from odet.models import ContinuousEncoderConfig, Seq2Seq, Seq2SeqConfig
+from odet.training.checkpoint import TrainerState
+from odet.training.config import LoopConfig, OptimConfig
+from odet.training.loss import label_smoothed_loss
+from odet.training.step import (
+    Accumulation,
+    ForwardPrecision,
+    Objective,
+    StepResult,
+    UpdateResult,
+    apply_update,
+    build_optimizer,
+    record_skipped_update,
+    train_step,
+)
+
+FP32 = ForwardPrecision("fp32", "cpu")
+
+
+def _model(**overrides) -> Seq2Seq:
+    options = dict(
+        vocab_size=30,
+        d_model=16,
+        num_heads=2,
+        ffn_dim=32,
+        encoder_layers=2,
+        decoder_layers=1,
+        dropout=0.0,
+    )
+    options.update(overrides)
+    torch.manual_seed(0)
+    return Seq2Seq(Seq2SeqConfig(**options)).eval()
+
+
+def _batch():
+    dataset = ParallelDataset([[5, 6, 7], [8, 9], [10, 11, 12, 13]], [[14, 15], [16], [17, 18]])
+    return dataset.batch([0, 1, 2])
+
+
+def test_train_step_returns_the_summed_loss_and_accumulates_its_gradients():
+    model, batch = _model(), _batch()
+    objective = Objective(pad_id=model.config.pad_id, label_smoothing=0.1)
+    result = train_step(model, batch, objective, FP32)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    model.zero_grad()
+    loss, nll, ntok = label_smoothed_loss(
+        model(batch.src, batch.tgt_in), batch.tgt_out, smoothing=0.1, pad_id=model.config.pad_id
+    )
+    loss.backward()
+    assert result == StepResult(loss=loss.item(), nll=nll.item(), tokens=ntok, nfe=None)
+    assert ntok == 3 + 2 + 3  # targets plus EOS
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(grads[name], p.grad, rtol=0, atol=0)
+
+
+def test_arclength_regulariser_adds_its_weight_times_arclength_per_token():
+    continuous = ContinuousEncoderConfig(arclength=True, rtol=1e-2, atol=1e-2)
+    model = _model(encoder_method="adaptive", continuous=continuous)
+    batch = _batch()
+    plain = train_step(model, batch, Objective(model.config.pad_id, 0.0), FP32)
+    regularised = train_step(model, batch, Objective(model.config.pad_id, 0.0, 0.5), FP32)
+    _, stats = model(batch.src, batch.tgt_in, with_stats=True)
+    assert plain.nfe == regularised.nfe == float(stats.nfe.float().mean()) and plain.nfe >= 2
+    expected = plain.loss + 0.5 * stats.arclength.mean().item() * plain.tokens
+    assert regularised.loss == pytest.approx(expected, rel=1e-5)
+    assert regularised.nll == plain.nll
+
+
+def test_accumulation_sums_steps():
+    sums = Accumulation()
+    sums.add(StepResult(loss=2.0, nll=1.5, tokens=4, nfe=None))
+    sums.add(StepResult(loss=3.0, nll=2.5, tokens=6, nfe=7.0))
+    assert sums == Accumulation(batches=2, tokens=10, loss=5.0, nll=4.0)
+
+
+def _sgd_problem():
+    weight = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    weight.grad = torch.tensor([3.0, 4.0])
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    return weight, optimizer, scheduler
+
+
+def test_apply_update_divides_gradients_by_tokens_times_world_size_then_steps():
+    weight, optimizer, scheduler = _sgd_problem()
+    result = apply_update(
+        [weight], optimizer, scheduler, loss=10.0, tokens=4.0, world_size=2, clip_norm=0.0
+    )
+    assert result == UpdateResult(applied=True, loss_finite=True, grad_norm=2.5)
+    torch.testing.assert_close(weight.detach(), torch.tensor([1.0 - 1.5, 2.0 - 2.0]))
+    assert weight.grad is None and scheduler.get_last_lr() == [0.5]
+
+
+def test_apply_update_clips_to_clip_norm_and_reports_the_norm_before():
+    weight, optimizer, scheduler = _sgd_problem()
+    result = apply_update(
+        [weight], optimizer, scheduler, loss=1.0, tokens=1.0, world_size=1, clip_norm=1.0
+    )
+    assert result.grad_norm == pytest.approx(5.0)
+    torch.testing.assert_close(weight.detach(), torch.tensor([1.0 - 0.6, 2.0 - 0.8]))
+
+
+@pytest.mark.parametrize("bad", ["loss", "gradients"])
+def test_apply_update_skips_non_finite_updates_and_clears_gradients(bad):
+    weight, optimizer, scheduler = _sgd_problem()
+    if bad == "gradients":
+        weight.grad[0] = float("inf")
+    loss = float("nan") if bad == "loss" else 1.0
+    result = apply_update(
+        [weight], optimizer, scheduler, loss=loss, tokens=1.0, world_size=1, clip_norm=0.0
+    )
+    assert not result.applied and result.loss_finite == (bad == "gradients")
+    torch.testing.assert_close(weight.detach(), torch.tensor([1.0, 2.0]))
+    assert weight.grad is None and scheduler.get_last_lr() == [1.0]
+
+
+def test_record_skipped_update_counts_and_stops_after_too_many_in_a_row(caplog):
+    state = TrainerState(step=7)
+    skipped = UpdateResult(applied=False, loss_finite=False, grad_norm=float("nan"))
+    with caplog.at_level(logging.WARNING, logger="odet.train"):
+        record_skipped_update(state, skipped, max_in_a_row=2)
+    assert (state.skipped_updates, state.bad_in_a_row) == (1, 1)
+    assert "non-finite loss at update 8: step skipped (1 in a row, 1 in total)" in caplog.text
+    with pytest.raises(FloatingPointError, match="2 updates in a row had non-finite loss"):
+        record_skipped_update(state, skipped, max_in_a_row=2)
+
+
+def test_build_optimizer_is_adam_with_the_configured_warmup():
+    model = torch.nn.Linear(2, 2)
+    optim = OptimConfig(lr=1e-3, betas=(0.9, 0.99), warmup_updates=10, warmup_init_lr=0.0)
+    optimizer, scheduler = build_optimizer(model.parameters(), optim, max_updates=0)
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert optimizer.param_groups[0]["betas"] == (0.9, 0.99)
+    assert scheduler.get_last_lr() == [0.0]
+    for _ in range(5):
+        optimizer.step()
+        scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.5e-3)
+
+
+@pytest.mark.parametrize(
+    ("precision", "sdpa", "autocast"),
+    [("fp32", "math", False), ("bf16", "math", True), ("bf16", "fused", True)],
+)
+def test_forward_precision_autocasts_bf16_only(precision, sdpa, autocast):
+    train = LoopConfig(precision=precision, bf16_sdpa=sdpa)
+    forward = ForwardPrecision.from_config(train, torch.device("cpu"))
+    assert forward.math_sdpa == (sdpa == "math")
+    with forward.context():
+        assert torch.is_autocast_enabled("cpu") == autocast
+        product = torch.ones(2, 2) @ torch.ones(2, 2)
+    assert product.dtype == (torch.bfloat16 if autocast else torch.float32)
