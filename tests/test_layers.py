@@ -76,3 +76,17 @@ def test_a_module_imports_only_lower_layers(path):
         if target != own and RANKS.get(target, 99) >= RANKS[own]
     ]
     assert not upward, "\n".join(upward)
+
+
+def test_the_trainer_is_made_of_small_pieces():
+    """``training/`` stays a set of testable steps: no function over 60 lines, and the trainer
+    module itself at most 400."""
+    long = []
+    for path in sorted((SRC / "training").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.name}:{node.name} ({lines} lines)")
+    assert not long, long
+    assert len((SRC / "training" / "trainer.py").read_text().splitlines()) <= 400
