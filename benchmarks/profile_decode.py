@@ -142,6 +142,7 @@ class Profile:
     ops: list[dict[str, Any]] = field(default_factory=list)
     scopes: list[dict[str, Any]] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
+    shapes: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
 
 
@@ -166,8 +167,16 @@ def _top_level_op(event: Any) -> bool:
     return True
 
 
-def profile_one(size: BenchSize, dtype_name: str, beam: int, threads: int, repeats: int) -> Profile:
-    """Profile one batched beam search of ``size`` in ``dtype_name``."""
+def profile_one(
+    size: BenchSize,
+    dtype_name: str,
+    beam: int,
+    threads: int,
+    repeats: int,
+    record_shapes: bool = False,
+) -> Profile:
+    """Profile one batched beam search of ``size`` in ``dtype_name`` (``record_shapes``: also
+    the non-matmul ops grouped by input shapes)."""
     torch.set_num_threads(threads)
     model = odet_model(size).eval().to(DTYPES[dtype_name])
     src = gen_sources(size)
@@ -184,7 +193,8 @@ def profile_one(size: BenchSize, dtype_name: str, beam: int, threads: int, repea
         t0 = time.perf_counter()
         run()
         walls.append(time.perf_counter() - t0)
-    with scopes(model), profile(activities=[ProfilerActivity.CPU]) as prof:
+    activities = [ProfilerActivity.CPU]
+    with scopes(model), profile(activities=activities, record_shapes=record_shapes) as prof:
         t0 = time.perf_counter()
         with record_function(PREFIX + "generate"):
             run()
@@ -281,6 +291,23 @@ def profile_one(size: BenchSize, dtype_name: str, beam: int, threads: int, repea
             for (s, o), v in sorted(pair_self.items(), key=lambda kv: kv[1], reverse=True)
             if o not in MATMUL_OPS
         ],
+        shapes=[
+            {
+                "op": a.key,
+                "shapes": str(a.input_shapes),
+                "calls_per_step": a.count / steps,
+                "self_ms": a.self_cpu_time_total / 1e3,
+                "share": share(a.self_cpu_time_total),
+            }
+            for a in sorted(
+                prof.key_averages(group_by_input_shape=True),
+                key=lambda a: a.self_cpu_time_total,
+                reverse=True,
+            )
+            if _is_op(a.key) and a.key not in MATMUL_OPS
+        ]
+        if record_shapes
+        else [],
         summary=summary,
     )
 
@@ -347,6 +374,19 @@ def render(p: Profile, top: int) -> list[str]:
         f"| {c['scope']} | `{c['op']}` | {c['self_ms']:.1f} | {_pct(c['share'])} |"
         for c in p.pairs[:top]
     ]
+    if p.shapes:
+        lines += [
+            "",
+            f"Largest non-matmul ops by input shapes, top {top}:",
+            "",
+            "| op | input shapes | calls/step | self ms | share |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| `{c['op']}` | `{c['shapes']}` | {c['calls_per_step']:.1f} | {c['self_ms']:.1f} | "
+            f"{_pct(c['share'])} |"
+            for c in p.shapes[:top]
+        ]
     return [*lines, ""]
 
 
@@ -361,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="unprofiled timed calls")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument(
+        "--shapes", action="store_true", help="also group the non-matmul ops by input shapes"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/runs/profile_decode.md"))
     args = parser.parse_args(argv)
     if args.beam < 1 or args.threads < 1 or args.repeats < 1:
@@ -369,7 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for size in args.sizes:
         for dtype in args.dtypes:
             print(f"[{size} {dtype}] profiling beam {args.beam}", flush=True)
-            profiles.append(profile_one(SIZES[size], dtype, args.beam, args.threads, args.repeats))
+            profiles.append(
+                profile_one(SIZES[size], dtype, args.beam, args.threads, args.repeats, args.shapes)
+            )
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     lines = [
         "# Where odet's decoding time goes (torch.profiler)",
