@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import platform
 import shlex
@@ -209,13 +210,15 @@ def run_generation(
 
 def environment(argv: Sequence[str]) -> dict[str, Any]:
     """Machine, library versions, date and the exact command of this run."""
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        import transformers
-
-        versions["transformers"] = transformers.__version__
-    except ImportError:
-        versions["transformers"] = None
+    versions: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+    for package in ("transformers", "ctranslate2"):
+        try:
+            versions[package] = importlib.import_module(package).__version__
+        except ImportError:
+            versions[package] = None
     return {
         "cpu": _cpu_model(),
         "logical_cpus": torch.multiprocessing.cpu_count(),
@@ -248,6 +251,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--train", nargs="+", metavar="SYSTEM", help=f"{list(TRAIN_SYSTEMS)}")
     parser.add_argument("--generate", nargs="+", metavar="SYSTEM", help=f"{list(GEN_SYSTEMS)}")
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 5])
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads, and CTranslate2's intra_threads (default: torch's own choice)",
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip peak-memory children")
     parser.add_argument("--no-training", action="store_true")
     parser.add_argument("--no-generation", action="store_true")
@@ -264,6 +272,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if any(b < 1 for b in args.beams):
         parser.error(f"--beams must be positive, got {args.beams}")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    try:
+        list(iter_names(TRAIN_SYSTEMS, args.train))
+        list(iter_names(GEN_SYSTEMS, args.generate))
+    except ValueError as err:
+        parser.error(str(err))
     here = Path(__file__).resolve().parent
     args.sizes = args.sizes or (["toy"] if args.quick else ["d256", "d512"])
     args.rounds = args.rounds or (3 if args.quick else 5)
@@ -276,6 +291,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     train_names = list(iter_names(TRAIN_SYSTEMS, args.train))
     gen_names = list(iter_names(GEN_SYSTEMS, args.generate))
     results: dict[str, Any] = {"environment": environment(argv), "sizes": {}}

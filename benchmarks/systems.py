@@ -9,6 +9,9 @@ Peers (random init, never downloaded):
   norm per stack) and a ``final_logits_bias`` buffer.
 - ``torch-transformer``: ``torch.nn.Transformer(norm_first=True)`` with the same embeddings,
   positions and tied output projection around it.
+- ``ct2-marian`` / ``ct2-marian-int8`` (generation only): that HF Marian converted to
+  CTranslate2 (``ctranslate2``, the optional ``bench`` extra) with its own Marian loader over a
+  synthetic vocabulary, decoded by ``ctranslate2.Translator`` in ``float32`` / ``int8``.
 
 Every system is trained with the same loss (token cross-entropy, padding ignored) and
 ``torch.optim.Adam``.
@@ -17,9 +20,12 @@ Every system is trained with the same loss (token cross-entropy, padding ignored
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -464,6 +470,104 @@ def _marian_generate(size: BenchSize, dtype: torch.dtype = torch.float32) -> Gen
     return run
 
 
+class _SyntheticVocabulary:
+    """Stand-in for a Marian tokenizer: what CTranslate2's Marian loader reads of one."""
+
+    eos_token = "</s>"
+    unk_token = "<unk>"
+    bos_token = "<s>"
+
+    def __init__(self, tokens: list[str]):
+        self.tokens = tokens
+
+    def get_vocab(self) -> dict[str, int]:
+        return {token: i for i, token in enumerate(self.tokens)}
+
+
+def ct2_vocabulary(size: BenchSize) -> list[str]:
+    """One name per Marian id: the specials at PAD/UNK/BOS/EOS, ``t<i>`` for the rest, and
+    ``<pad>`` last — the row CTranslate2's Marian loader drops (Marian keeps its pad there)."""
+    names = {PAD: "<blank>", UNK: "<unk>", BOS: "<s>", EOS: "</s>"}
+    tokens = [names.get(i, f"t{i}") for i in range(size.vocab_size)]
+    tokens[-1] = "<pad>"
+    return tokens
+
+
+_CT2_MODELS: dict[str, dict[str, bytes]] = {}
+"""Converted model files per size, in memory (converted once, loaded per compute type)."""
+
+
+def ct2_model_files(size: BenchSize) -> dict[str, bytes]:
+    """``marian_model(size)`` converted to CTranslate2 (fp32 weights), as in-memory files."""
+    if size.name in _CT2_MODELS:
+        return _CT2_MODELS[size.name]
+    try:
+        from ctranslate2.converters.transformers import MarianMTLoader
+    except ImportError as err:
+        raise PeerUnavailableError(f"ctranslate2 is not installed ({err})") from err
+    model = marian_model(size).eval()
+    spec = MarianMTLoader()(model, _SyntheticVocabulary(ct2_vocabulary(size)))
+    spec.validate()
+    spec.optimize(quantization=None)
+    folder = Path(tempfile.mkdtemp(prefix="odet-ct2-"))
+    try:
+        spec.save(str(folder))
+        files = {path.name: path.read_bytes() for path in folder.iterdir()}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    _CT2_MODELS[size.name] = files
+    return files
+
+
+def ct2_translator(size: BenchSize, compute_type: str = "float32", threads: int | None = None):
+    """A ``ctranslate2.Translator`` of ``size`` on CPU: ``intra_threads`` = ``threads``
+    (default: torch's thread count, as the other systems use), ``inter_threads`` = 1."""
+    files = ct2_model_files(size)
+    import ctranslate2
+
+    return ctranslate2.Translator(
+        f"odet-bench-{size.name}",
+        device="cpu",
+        compute_type=compute_type,
+        intra_threads=threads or torch.get_num_threads(),
+        inter_threads=1,
+        files=files,
+    )
+
+
+def _ct2_generate(compute_type: str) -> Callable[[BenchSize], Generate]:
+    def build(size: BenchSize) -> Generate:
+        translator = ct2_translator(size, compute_type)
+        vocab = ct2_vocabulary(size)
+        ids = {token: i for i, token in enumerate(vocab)}
+
+        def run(src: Tensor, beam: int) -> list[list[int]]:
+            # As for HF: n + 1 tokens with EOS banned throughout (min = max decoding length),
+            # the same n + 1 decoder calls as odet's n tokens and forced EOS. Source id V - 1
+            # (the dropped <pad> row) reaches CTranslate2 as <unk>: the same work.
+            n = size.gen_tokens + 1
+            source = [[vocab[i] for i in row] for row in src.tolist()]
+            results = translator.translate_batch(
+                source,
+                beam_size=beam,
+                num_hypotheses=1,
+                length_penalty=1.0,
+                min_decoding_length=n,
+                max_decoding_length=n,
+                max_batch_size=0,
+            )
+            out = [[ids[t] for t in r.hypotheses[0]] for r in results]
+            if {len(tokens) for tokens in out} != {n}:
+                raise RuntimeError(
+                    f"ctranslate2 generated lengths {sorted({len(t) for t in out})}, expected {n}"
+                )
+            return [tokens[:-1] for tokens in out]
+
+        return run
+
+    return build
+
+
 GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-euler": _odet_generate("euler"),
     "odet-rk2": _odet_generate("rk2"),
@@ -471,6 +575,8 @@ GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-euler-bf16": _odet_generate("euler", dtype=torch.bfloat16),
     "hf-marian": _marian_generate,
     "hf-marian-bf16": lambda size: _marian_generate(size, torch.bfloat16),
+    "ct2-marian": _ct2_generate("float32"),
+    "ct2-marian-int8": _ct2_generate("int8"),
 }
 
 
