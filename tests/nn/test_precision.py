@@ -57,3 +57,52 @@ def test_fp32_context_changes_nothing() -> None:
 def test_unknown_precision_names_the_choices() -> None:
     with pytest.raises(ValueError, match=r"'fp16'.*\('fp32', 'bf16'\)"):
         precision_context("fp16")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("encoder", "decoder", "coefficients"),
+    [("rk2", "rk2", "gated"), ("rk2", "euler", "gated_norm"), ("rk4", "rk2", "learned"),
+     ("pc", "pc", "ema"), ("continuous", "euler", "fixed")],
+)  # fmt: skip
+def test_under_bf16_autocast_fields_gates_and_stage_sums_are_fp32(encoder, decoder, coefficients):
+    """Only the matmuls run in bf16: every field value (the branch sum), every gate and every
+    stage combination comes out in fp32, the residual stream's dtype."""
+    from odet.blocks.coefficients import Coefficients, GatedCoefficients
+    from odet.nn import DecoderField, EncoderField
+    from odet.nn.time import TimeConditionedEncoderField
+
+    torch.manual_seed(0)
+    config = Seq2SeqConfig.from_dict(dict(
+        vocab_size=24, d_model=16, num_heads=2, ffn_dim=32, encoder_layers=2, decoder_layers=2,
+        encoder_method=encoder, decoder_method=decoder, coefficients=coefficients,
+        max_positions=16, continuous={"fixed_steps": 2, "solver": "rk2"},
+    ))  # fmt: skip
+    model = Seq2Seq(config)
+    seen: dict[str, set[torch.dtype]] = {}
+
+    def record(name):
+        return lambda module, args, out: seen.setdefault(name, set()).add(out.dtype)
+
+    kinds = {
+        "field": (EncoderField, DecoderField, TimeConditionedEncoderField),
+        "combination": (Coefficients,),
+    }
+    for module in model.modules():
+        for name, types in kinds.items():
+            if isinstance(module, types):
+                module.register_forward_hook(record(name))
+    gates: list[torch.dtype] = []
+    for module in model.modules():
+        if isinstance(module, GatedCoefficients):
+            original = module.gate_values
+            module.gate_values = lambda k1, k2, f=original: (
+                gates.append(f(k1, k2).dtype) or f(k1, k2)
+            )
+    src = torch.randint(4, 24, (2, 6))
+    with autocast_bf16():
+        logits = model(src, src)
+    assert logits.dtype == torch.bfloat16  # the output projection is a bf16 matmul
+    assert seen["field"] == {torch.float32}
+    if encoder != "continuous":
+        assert seen["combination"] == {torch.float32}
+    assert set(gates) <= {torch.float32} and (bool(gates) == coefficients.startswith("gated"))

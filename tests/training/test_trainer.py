@@ -208,3 +208,27 @@ def test_multistep_and_predictor_corrector_runs_finish_and_write_a_summary(
     config = tiny_config(copy_data, tmp_path / "run", model=model, train={"max_updates": 2})
     result = train(TrainConfig.from_dict(config))
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == result.steps == 2
+
+
+def test_a_bf16_run_trains_in_bf16_but_validates_and_decodes_in_fp32(
+    copy_data, tmp_path, monkeypatch
+):
+    """Both arms of an fp32-vs-bf16 comparison are evaluated alike: at generation.precision."""
+    seen: list[tuple[bool, bool]] = []
+    encode = Seq2Seq.encode
+
+    def recording_encode(self, src_tokens):
+        seen.append((torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")))
+        return encode(self, src_tokens)
+
+    monkeypatch.setattr(Seq2Seq, "encode", recording_encode)
+    config = tiny_config(
+        copy_data,
+        tmp_path / "run",
+        train={"max_updates": 3, "precision": "bf16", "valid_metric": "bleu"},
+        data={"test": ["test.src", "test.tgt"]},
+    )
+    train(TrainConfig.from_dict(config))
+    training = {autocast for grad, autocast in seen if grad}
+    evaluation = {autocast for grad, autocast in seen if not grad}
+    assert training == {True} and evaluation == {False}

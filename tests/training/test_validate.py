@@ -114,3 +114,34 @@ def test_evaluator_validate_gives_loss_and_perplexity_and_restores_train_mode(tm
     metrics = evaluator.validate(model, ValidationSet(pairs, dataset))
     assert set(metrics) == {"loss", "ppl"} and metrics["ppl"] == math.exp(metrics["loss"])
     assert model.training
+
+
+def test_a_bf16_run_validates_and_decodes_in_fp32(tmp_path):
+    """Evaluation runs at ``generation.precision`` (fp32 here), not at ``train.precision``."""
+    from dataclasses import replace
+
+    from odet.training.step import ForwardPrecision
+
+    pairs = _pairs(tmp_path)
+    tokenizers = TokenizerPair.joint(
+        Tokenizer.train(["a b c d A B C D"] * 20, vocab_size=16, model_type="bpe")
+    )
+    dataset = ParallelDataset.from_texts(pairs.source, pairs.target, tokenizers)
+    config = TrainConfig(
+        output_dir=str(tmp_path / "run"),
+        data=DataConfig(data_dir=str(tmp_path), train=("v.src", "v.tgt"), vocab_size=16),
+        model={"d_model": 16, "num_heads": 2, "ffn_dim": 32},
+        train=LoopConfig(valid_metric="bleu", best_metric="loss", precision="bf16"),
+    )
+    config = replace(config, generation=replace(config.generation, beam_size=1, max_len_b=3))
+    model = _model(vocab_size=tokenizers.source.vocab_size)
+    seen: list[tuple[bool, torch.dtype]] = []
+    model.output_projection.register_forward_hook(
+        lambda module, args, out: seen.append((torch.is_autocast_enabled("cpu"), out.dtype))
+    )
+    evaluation = ForwardPrecision.for_evaluation(config.generation.precision, torch.device("cpu"))
+    assert evaluation == ForwardPrecision("fp32", "cpu")
+    Evaluator(config, tokenizers, torch.device("cpu"), evaluation).validate(
+        model, ValidationSet(pairs, dataset)
+    )
+    assert len(seen) > 1 and set(seen) == {(False, torch.float32)}  # loss and decoding alike

@@ -103,9 +103,11 @@ class GatedCoefficients(Coefficients):
     def gate_values(self, k1: Tensor, k2: Tensor) -> Tensor:
         """``g (B, T, 1)`` from ``k1, k2 (B, T, D)``."""
         features = torch.cat([k1, k2], dim=-1)
-        if self.norm is not None:
-            features = self.norm(features)
-        return torch.sigmoid(self.gate(features))
+        with torch.autocast(features.device.type, enabled=False):  # the gate is fp32 at least
+            features = features.to(torch.promote_types(features.dtype, self.gate.weight.dtype))
+            if self.norm is not None:
+                features = self.norm(features)
+            return torch.sigmoid(self.gate(features))
 
     def forward(self, k: Sequence[Tensor]) -> Tensor:
         if len(k) != 2:
@@ -134,7 +136,7 @@ class EMACoefficients(Coefficients):
         return torch.stack([first, *(a * (1.0 - a) ** (s - i) for i in range(2, s + 1))])
 
     def forward(self, k: Sequence[Tensor]) -> Tensor:
-        w = self._weights().to(k[0].dtype)
+        w = self._weights()  # in the parameter's dtype: never rounded to a bf16 stage's
         out = w[0] * k[0]
         for i in range(1, len(k)):
             out = out + w[i] * k[i]

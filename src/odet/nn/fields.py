@@ -101,6 +101,16 @@ class FieldSpec:
         return FieldOutput(self.d_model, self.convention, self.stage_norm, self.norm_eps)
 
 
+def branch_sum(z: Tensor, *branches: Tensor) -> Tensor:
+    """``Σ branches`` in the dtype of the residual stream ``z``: under bf16 autocast the
+    sublayers return bf16 while ``z`` is fp32, and the update is summed in fp32, like the
+    residual additions it becomes part of."""
+    out = branches[0].to(z.dtype)
+    for branch in branches[1:]:
+        out = out + branch.to(z.dtype)
+    return out
+
+
 class FieldOutput(nn.Module):
     """Maps a layer's update ``dy`` at input ``z`` to the field value (see module docstring)."""
 
@@ -150,7 +160,7 @@ class EncoderField(_LayerField):
         """``z (B, T, D)``, ``padding_mask (B, T)`` True at padding → ``F(z) (B, T, D)``."""
         a = self.dropout(self.self_attn(self.attn_norm(z), padding_mask=padding_mask))
         f = self.dropout(self.ffn(self.ffn_norm(z + a)))
-        return self.output(z, a + f)
+        return self.output(z, branch_sum(z, a, f))
 
 
 class DecoderField(_LayerField):
@@ -195,4 +205,4 @@ class DecoderField(_LayerField):
             )
         )
         f = self.dropout(self.ffn(self.ffn_norm(z + a + c)))
-        return self.output(z, a + c + f)
+        return self.output(z, branch_sum(z, a, c, f))

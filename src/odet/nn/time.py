@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from odet.nn.dropout import Dropout
-from odet.nn.fields import FieldSpec
+from odet.nn.fields import FieldSpec, branch_sum
 
 TimeConditioning = Literal["none", "concat", "embedding", "film"]
 
@@ -189,7 +189,7 @@ class TimeConditionedEncoderField(nn.Module):
         a = self.self_attn(self.attn_time(self.attn_norm(z), tt), padding_mask=padding_mask)
         a = self.dropout(a)
         f = self.dropout(self.ffn(self.ffn_time(self.ffn_norm(z + a), tt)))
-        return a + f
+        return branch_sum(z, a, f)
 
     def extra_repr(self) -> str:
         return f"time_conditioning={self.time_conditioning!r}"

@@ -43,6 +43,13 @@ class ForwardPrecision:
     def from_config(cls, train: LoopConfig, device: torch.device) -> ForwardPrecision:
         return cls(train.precision, device.type, math_sdpa=train.bf16_sdpa == "math")
 
+    @classmethod
+    def for_evaluation(cls, precision: Precision, device: torch.device) -> ForwardPrecision:
+        """Validation and test passes run at ``generation.precision`` (fp32 by default),
+        whatever the training precision, so that runs trained in fp32 and bf16 are evaluated
+        alike."""
+        return cls(precision, device.type)
+
     def context(self) -> AbstractContextManager[None]:
         """A fresh context for one forward pass (see :mod:`odet.nn.precision`)."""
         if self.precision == "bf16" and not self.math_sdpa:

@@ -116,7 +116,8 @@ class Trainer:
             num_shards=self.dist.world_size,
             shard_index=self.dist.rank,
         )
-        self.evaluator = Evaluator(c, self.tokenizers, self.device, self.precision, self.progress)
+        evaluation = ForwardPrecision.for_evaluation(c.generation.precision, self.device)
+        self.evaluator = Evaluator(c, self.tokenizers, self.device, evaluation, self.progress)
         self.checkpoints = RunCheckpoints(
             self.ckpt_root, self.dist, self.tokenizers, c.to_yaml(), c.train.keep_last
         )

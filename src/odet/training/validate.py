@@ -96,7 +96,11 @@ def track_best(state: TrainerState, metrics: dict[str, float], train: LoopConfig
 
 @dataclass(frozen=True)
 class Evaluator:
-    """Validation and test decoding for one run: its config, tokenizer and device."""
+    """Validation and test decoding for one run: its config, tokenizer and device.
+
+    ``precision`` is the evaluation precision (``ForwardPrecision.for_evaluation``: the run's
+    ``generation.precision``), not the training one; decoding runs at that precision through
+    the ``Translator`` (a bf16 copy of the model for ``"bf16"``)."""
 
     config: TrainConfig
     tokenizers: TokenizerPair
@@ -109,8 +113,7 @@ class Evaluator:
     ) -> list[str]:
         """Decode ``sentences`` with ``search`` (default: the run's ``generation`` section)."""
         translator = Translator(model, self.tokenizers, search or self.config.generation)
-        with self.precision.context():
-            return translator.translate(sentences, progress=self.progress)
+        return translator.translate(sentences, progress=self.progress)  # at its own precision
 
     def validate(self, model: Seq2Seq, valid: ValidationSet | None) -> dict[str, float]:
         """``loss`` and ``ppl``, and ``train.valid_metric`` of greedy or beam decoding (with
