@@ -172,11 +172,16 @@ class MasterWeightsSystem(TrainSystem):
 
 # ----------------------------------------------------------------------------------- odet
 def odet_config(
-    size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed", depth: int = 1
+    size: BenchSize,
+    encoder_method: str = "euler",
+    coefficients: str = "fixed",
+    depth: int = 1,
+    positions: str = "sinusoidal",
 ):
     """The odet model of ``size`` (``depth`` × its encoder layers): shared embeddings, dropout
-    0.1 after attention/FFN."""
+    0.1 after attention/FFN; ``positions`` as ``Seq2SeqConfig.positions`` (clipping at 8)."""
     return Seq2SeqConfig(
+        positions=positions,
         vocab_size=size.vocab_size,
         d_model=size.d_model,
         num_heads=size.num_heads,
@@ -196,17 +201,25 @@ def odet_config(
 
 
 def odet_model(
-    size: BenchSize, encoder_method: str = "euler", coefficients: str = "fixed", depth: int = 1
+    size: BenchSize,
+    encoder_method: str = "euler",
+    coefficients: str = "fixed",
+    depth: int = 1,
+    positions: str = "sinusoidal",
 ):
     torch.manual_seed(0)
-    return Seq2Seq(odet_config(size, encoder_method, coefficients, depth))
+    return Seq2Seq(odet_config(size, encoder_method, coefficients, depth, positions))
 
 
 def _odet_train(
-    method: str, coefficients: str = "fixed", bf16: bool = False, checkpointing: bool = False
+    method: str,
+    coefficients: str = "fixed",
+    bf16: bool = False,
+    checkpointing: bool = False,
+    positions: str = "sinusoidal",
 ):
     def build(size: BenchSize) -> TrainSystem:
-        model = odet_model(size, method, coefficients).train()
+        model = odet_model(size, method, coefficients, positions=positions).train()
         model.set_activation_checkpointing(checkpointing)
         return TrainSystem(
             model,
@@ -366,6 +379,8 @@ TRAIN_SYSTEMS: dict[str, Callable[[BenchSize], TrainSystem]] = {
     "odet-euler-bf16-weights": _odet_bf16_weights,
     "odet-euler-nn-dropout": _odet_torch_dropout,
     "odet-euler-compiled": _odet_compiled,
+    "odet-euler-rpr": _odet_train("euler", positions="both"),
+    "odet-euler-rpr-bf16": _odet_train("euler", bf16=True, positions="both"),
     "hf-marian": _marian_train,
     "torch-transformer": _torch_train,
 }

@@ -9,7 +9,7 @@ from typing import Any
 from odet.blocks import STACK_METHODS, CoefficientScheme, StackOptions, coefficient_problem
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from odet.nn import Activation, FieldConvention, FieldSpec, TimeConditioning
+from odet.nn import Activation, FieldConvention, FieldSpec, PositionScheme, TimeConditioning
 from odet.ode import SolverOptions
 
 CONTINUOUS = "continuous"
@@ -111,7 +111,15 @@ class Seq2SeqConfig:
     activation: Activation = "relu"
     """The feed-forward activation."""
     max_positions: int = 1024
-    """Length of the sinusoidal position table (longest source or target)."""
+    """Longest source or target (the length of the sinusoidal position table)."""
+    positions: PositionScheme = "sinusoidal"
+    """Absolute sinusoids on the embeddings, ``"relative"`` representations in every
+    self-attention (Shaw et al.; not in cross-attention), or ``"both"`` (the paper's code)."""
+    max_relative_distance: int = 8
+    """Relative positions: distances are clipped to ``[−k, k]``; each layer learns ``2k + 1``
+    key (and value) vectors per head dimension."""
+    relative_values: bool = False
+    """Relative positions for the values too (the paper's code: keys only)."""
     tgt_vocab_size: int | None = None
     """Target vocabulary size when it differs from the source's."""
     share_all_embeddings: bool = False
@@ -195,6 +203,10 @@ class Seq2SeqConfig:
                 f"Seq2SeqConfig.{key} = {value} is outside the vocabulary",
             )
         check(self.norm_eps > 0, "Seq2SeqConfig.norm_eps must be > 0")
+        check(
+            self.max_relative_distance >= 1,
+            f"Seq2SeqConfig.max_relative_distance must be >= 1, got {self.max_relative_distance}",
+        )
         check(self.implicit_iterations >= 0, "Seq2SeqConfig.implicit_iterations must be >= 0")
 
     @property
@@ -215,6 +227,10 @@ class Seq2SeqConfig:
             self.ffn_dim,
             convention=self.field_convention,
             norm_eps=self.norm_eps,
+            max_relative_distance=(
+                None if self.positions == "sinusoidal" else self.max_relative_distance
+            ),
+            relative_values=self.relative_values,
             **{key: getattr(self, key) for key in same},
         )
 

@@ -77,7 +77,9 @@ class Seq2Seq(nn.Module):
             if c.share_all_embeddings
             else TokenEmbedding(c.target_vocab_size, c.d_model, c.pad_id, c.scale_embeddings)
         )
-        self.positions = SinusoidalPositions(c.max_positions, c.d_model)
+        self.positions = (
+            None if c.positions == "relative" else SinusoidalPositions(c.max_positions, c.d_model)
+        )
         self.embed_dropout = Dropout(c.dropout)
 
         spec = c.field_spec
@@ -130,7 +132,9 @@ class Seq2Seq(nn.Module):
         if padding_mask.all(dim=1).any():
             empty = padding_mask.all(dim=1).nonzero().flatten().tolist()
             raise ValueError(f"src_tokens rows {empty} contain only padding (empty sources)")
-        x = self.src_embed(src_tokens) + self.positions(src_tokens.shape[1])  # (B, S, D)
+        x = self.src_embed(src_tokens)  # (B, S, D)
+        if self.positions is not None:
+            x = x + self.positions(src_tokens.shape[1])
         x = self.embed_dropout(x)
         out = self.encoder.integrate(x, padding_mask=padding_mask)
         return EncoderOutput(self.encoder_norm(out.y), padding_mask, out.stats)
@@ -163,7 +167,9 @@ class Seq2Seq(nn.Module):
         """
         self._check_tokens("tgt_tokens", tgt_tokens, self.config.target_vocab_size)
         offset = 0 if state is None else state.length
-        x = self.tgt_embed(tgt_tokens) + self.positions(tgt_tokens.shape[1], offset)  # (B, T, D)
+        x = self.tgt_embed(tgt_tokens)  # (B, T, D)
+        if self.positions is not None:
+            x = x + self.positions(tgt_tokens.shape[1], offset)
         x = self.embed_dropout(x)
         if state is None:
             if encoder_out is None:

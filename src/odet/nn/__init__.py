@@ -13,6 +13,7 @@ from odet.nn.fields import (
     FieldSpec,
 )
 from odet.nn.precision import PRECISIONS, Precision, autocast_bf16, precision_context
+from odet.nn.relative import PositionScheme, RelativePositions, relative_attention
 from odet.nn.state import DecoderState
 from odet.nn.time import TIME_CONDITIONINGS, TimeConditionedEncoderField, TimeConditioning
 
@@ -32,7 +33,9 @@ __all__ = [
     "FieldOutput",
     "FieldSpec",
     "KVCache",
+    "PositionScheme",
     "Precision",
+    "RelativePositions",
     "SelfAttention",
     "SinusoidalPositions",
     "TimeConditionedEncoderField",
@@ -41,5 +44,6 @@ __all__ = [
     "attention_mask",
     "autocast_bf16",
     "precision_context",
+    "relative_attention",
     "sinusoidal_table",
 ]

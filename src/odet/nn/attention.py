@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from odet.nn.relative import RelativePositions, relative_attention
+
 
 @dataclass
 class KVCache:
@@ -157,7 +159,15 @@ def _device(t: Tensor | None) -> torch.device | None:
 class SelfAttention(nn.Module):
     """Multi-head self-attention ``(B, T, D) -> (B, T, D)`` with fused QKV projection."""
 
-    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        relative: RelativePositions | None = None,
+    ):
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
@@ -165,6 +175,7 @@ class SelfAttention(nn.Module):
         self.dropout = dropout
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.relative = relative
 
     def forward(
         self,
@@ -182,7 +193,10 @@ class SelfAttention(nn.Module):
             k, v = cache.append(k, v)
         tq, s = q.shape[2], k.shape[2]
         dropout = self.dropout if self.training else 0.0
-        if causal and padding_mask is None and tq == s:
+        if self.relative is not None:
+            mask = attention_mask(padding_mask, tq, s, causal)
+            out = relative_attention(q, k, v, self.relative, mask, dropout)
+        elif causal and padding_mask is None and tq == s:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         else:
             mask = attention_mask(padding_mask, tq, s, causal)

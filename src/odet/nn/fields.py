@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from odet.nn.attention import CrossAttention, KVCache, SelfAttention
 from odet.nn.dropout import Dropout
 from odet.nn.feedforward import ACTIVATIONS, Activation, FeedForward
+from odet.nn.relative import RelativePositions
 
 FieldConvention = Literal["textbook", "layer"]
 FIELD_CONVENTIONS: tuple[FieldConvention, ...] = ("textbook", "layer")
@@ -57,6 +58,11 @@ class FieldSpec:
     """Layer-normalise every stage's output (what the ``"layer"`` convention needs)."""
     norm_eps: float = 1e-5
     """Epsilon of every layer norm of the field."""
+    max_relative_distance: int | None = None
+    """Relative position representations in self-attention, clipped at this distance (Shaw et
+    al.; ``None``: none)."""
+    relative_values: bool = False
+    """Relative representations for the values too (keys only by default, as the paper's code)."""
 
     def __post_init__(self) -> None:
         for key in ("d_model", "num_heads", "ffn_dim"):
@@ -80,13 +86,30 @@ class FieldSpec:
             )
         if self.norm_eps <= 0:
             raise ValueError(f"FieldSpec.norm_eps must be > 0, got {self.norm_eps}")
+        if self.max_relative_distance is not None and self.max_relative_distance < 1:
+            raise ValueError(
+                f"FieldSpec.max_relative_distance must be >= 1 (or None), got "
+                f"{self.max_relative_distance}"
+            )
 
     def norm(self) -> nn.LayerNorm:
         """A layer norm over ``D``."""
         return nn.LayerNorm(self.d_model, eps=self.norm_eps)
 
     def self_attention(self) -> SelfAttention:
-        return SelfAttention(self.d_model, self.num_heads, dropout=self.attention_dropout)
+        """Self-attention, with this layer's own relative position embeddings if asked for."""
+        relative = (
+            None
+            if self.max_relative_distance is None
+            else RelativePositions(
+                self.d_model // self.num_heads,
+                self.max_relative_distance,
+                values=self.relative_values,
+            )
+        )
+        return SelfAttention(
+            self.d_model, self.num_heads, dropout=self.attention_dropout, relative=relative
+        )
 
     def feed_forward(self) -> FeedForward:
         return FeedForward(

@@ -15,9 +15,15 @@ step with ``S − 1`` cached keys sees exactly the distances of teacher forcing.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+PositionScheme = Literal["sinusoidal", "relative", "both"]
+"""How a model sees positions: absolute sinusoids added to the embeddings, relative
+representations in every self-attention, or both (the ODE Transformer's released models)."""
 
 
 class RelativePositions(nn.Module):
