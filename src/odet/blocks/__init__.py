@@ -26,18 +26,22 @@ from odet.blocks.multistep import AdamsBashforthStack, DLCLStack, MultistepBlock
 from odet.blocks.ode_block import ODEBlock
 from odet.blocks.predictor_corrector import PredictorCorrectorBlock
 from odet.blocks.stack import (
+    LAYER_HISTORIES,
     STACK_METHODS,
+    LayerHistory,
     RungeKuttaStack,
     StackMethod,
     StackOptions,
     build_stack,
     coefficient_problem,
+    history_problem,
 )
 
 __all__ = [
     "ANY_STAGE_SCHEMES",
     "COEFFICIENTS",
     "GATED_SCHEMES",
+    "LAYER_HISTORIES",
     "STACK_METHODS",
     "STAGE_CACHES",
     "AdamsBashforthStack",
@@ -50,6 +54,7 @@ __all__ = [
     "FixedCoefficients",
     "GatedCoefficients",
     "ImplicitEulerBlock",
+    "LayerHistory",
     "LearnedCoefficients",
     "MultistepBlock",
     "ODEBlock",
@@ -63,6 +68,7 @@ __all__ = [
     "build_continuous_encoder",
     "build_stack",
     "coefficient_problem",
+    "history_problem",
     "make_coefficients",
     "merge_stats",
     "stage_evaluator",

@@ -129,17 +129,32 @@ class AdamsBashforthStack(Stack):
 
 
 class DLCLStack(Stack):
-    """Euler blocks whose inputs are learned combinations of all earlier outputs (module doc).
+    """Blocks whose inputs are learned combinations of all earlier outputs (module doc).
+
+    The ``dlcl`` method gives each block an Euler step over its own layer; as a *layer
+    history* (``history="dlcl"`` of ``build_stack``, the ODE Transformer's released models) the
+    same combination wraps any one-step blocks — RK steps with any coefficients (a shared gate
+    stays shared), predictor–corrector or implicit blocks.
 
     Args:
-        fields: one layer per block.
+        fields: one layer per block, each integrated by an Euler step; or ``()`` with ``blocks``.
         d_model: feature width (for the per-layer norms).
         norm_eps: the norms' epsilon.
+        blocks: the one-step blocks to wrap instead of Euler steps over ``fields``.
     """
 
-    def __init__(self, fields: Sequence[nn.Module], d_model: int, *, norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        fields: Sequence[nn.Module],
+        d_model: int,
+        *,
+        norm_eps: float = 1e-5,
+        blocks: Sequence[nn.Module] = (),
+    ):
         super().__init__()
-        self.blocks = nn.ModuleList(ODEBlock(field, "euler") for field in fields)
+        if bool(fields) == bool(blocks):
+            raise ValueError("DLCLStack takes fields (Euler blocks) or blocks, exactly one of them")
+        self.blocks = nn.ModuleList(blocks or [ODEBlock(field, "euler") for field in fields])
         depth = len(self.blocks)
         self.norms = nn.ModuleList(nn.LayerNorm(d_model, eps=norm_eps) for _ in range(depth))
         # Row l (l = 0 … L) weighs the l + 1 entries n_0 … n_l; only the lower triangle exists.

@@ -63,6 +63,12 @@ class RungeKuttaStack(Stack):
         return y
 
 
+LayerHistory = Literal["none", "dlcl"]
+"""A layer history around a stack's blocks: none, or DLCL (Wang et al. 2019) as in the ODE
+Transformer's released models (``learnable_dense``, pre-norm)."""
+LAYER_HISTORIES: tuple[LayerHistory, ...] = typing.get_args(LayerHistory)
+
+
 @dataclass(frozen=True)
 class StackOptions:
     """Everything a stack builder may use besides the method, the fields and the depth.
@@ -72,7 +78,9 @@ class StackOptions:
         d_model: feature width: needed by the gated coefficient schemes and by ``dlcl``'s norms.
         share_gate: one RK2 gate for the whole stack (the paper's code).
         iterations: fixed-point iterations of implicit blocks.
-        norm_eps: epsilon of the norms a stack adds (``dlcl``).
+        norm_eps: epsilon of the norms a stack adds (``dlcl``, a layer history).
+        history: ``"dlcl"`` wraps the blocks in a learned dense layer history (a ``DLCLStack``
+            around them); only one-step methods (``HISTORY_FAMILIES``) can be wrapped.
     """
 
     coefficients: CoefficientScheme = "fixed"
@@ -80,9 +88,14 @@ class StackOptions:
     share_gate: bool = False
     iterations: int = DEFAULT_ITERATIONS
     norm_eps: float = 1e-5
+    history: LayerHistory = "none"
 
     def __post_init__(self) -> None:
         check_scheme(self.coefficients, list(COEFFICIENTS))
+        if self.history not in LAYER_HISTORIES:
+            raise ValueError(
+                f"unknown layer history {self.history!r}; choose one of {LAYER_HISTORIES}"
+            )
         if self.d_model is not None and self.d_model < 1:
             raise ValueError(f"d_model must be >= 1, got {self.d_model}")
         if not isinstance(self.iterations, int) or self.iterations < 0:
@@ -226,6 +239,7 @@ def build_stack(
     share_gate: bool = False,
     iterations: int = DEFAULT_ITERATIONS,
     norm_eps: float = 1e-5,
+    history: LayerHistory = "none",
 ) -> Stack:
     """``num_layers`` blocks of ``method``, each over a fresh field from ``make_field()``.
 
@@ -238,8 +252,28 @@ def build_stack(
         raise ValueError(f"unknown stack method {method!r}; choose one of {sorted(STACK_METHODS)}")
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-    options = StackOptions(coefficients, d_model, share_gate, iterations, norm_eps)
-    problem = coefficient_problem(method, coefficients)
+    options = StackOptions(coefficients, d_model, share_gate, iterations, norm_eps, history)
+    problem = coefficient_problem(method, coefficients) or history_problem(method, history)
     if problem:
         raise ValueError(problem)
-    return STACK_METHODS[method].build(make_field, num_layers, options)
+    stack = STACK_METHODS[method].build(make_field, num_layers, options)
+    if history == "none":
+        return stack
+    if d_model is None:
+        raise ValueError("a dlcl layer history needs d_model (the width of its per-layer norms)")
+    return DLCLStack((), d_model, norm_eps=norm_eps, blocks=list(stack.blocks))
+
+
+HISTORY_FAMILIES: tuple[StackFamily, ...] = ("runge_kutta", "predictor_corrector", "implicit")
+"""Stack families whose blocks need only ``y_l``, so a layer history can feed them its mix."""
+
+
+def history_problem(method: str, history: str) -> str:
+    """Why layer ``history`` cannot wrap ``method``'s blocks — ``""`` when it can."""
+    if history == "none" or STACK_METHODS[method].family in HISTORY_FAMILIES:
+        return ""
+    wrappable = sorted(m for m, spec in STACK_METHODS.items() if spec.family in HISTORY_FAMILIES)
+    return (
+        f"a {history!r} layer history cannot wrap {method!r} blocks (they need more than their "
+        f"input); use one of {wrappable}"
+    )

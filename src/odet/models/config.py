@@ -6,7 +6,14 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from odet.blocks import STACK_METHODS, CoefficientScheme, StackOptions, coefficient_problem
+from odet.blocks import (
+    STACK_METHODS,
+    CoefficientScheme,
+    LayerHistory,
+    StackOptions,
+    coefficient_problem,
+    history_problem,
+)
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from odet.nn import Activation, FieldConvention, FieldSpec, PositionScheme, TimeConditioning
@@ -96,6 +103,11 @@ class Seq2SeqConfig:
     """One RK2 gate per stack instead of one per block (the paper's code)."""
     implicit_iterations: int = 2
     """Fixed-point iterations of ``implicit_euler`` blocks."""
+    encoder_history: LayerHistory = "none"
+    """``"dlcl"``: a learned dense layer history around the encoder's blocks (the paper's
+    models); any one-step method (RK, ``pc``, ``implicit_euler``) can be wrapped."""
+    decoder_history: LayerHistory = "none"
+    """The decoder's layer history (exact under incremental decoding)."""
     continuous: ContinuousEncoderConfig = field(default_factory=ContinuousEncoderConfig)
     """Solver and field of the ``"continuous"`` encoder (ignored by discrete encoders)."""
     field_convention: FieldConvention = "textbook"
@@ -183,6 +195,19 @@ class Seq2SeqConfig:
                 continue
             problem = coefficient_problem(getattr(self, method_key), scheme)
             check(not problem, f"Seq2SeqConfig.{key} = {scheme!r} with {method_key}: {problem}")
+        for key, method_key in (
+            ("encoder_history", "encoder_method"),
+            ("decoder_history", "decoder_method"),
+        ):
+            history, method = getattr(self, key), getattr(self, method_key)
+            if history == "none":
+                continue
+            problem = (
+                f"a {history!r} layer history cannot wrap the continuous encoder"
+                if method == CONTINUOUS
+                else history_problem(method, history)
+            )
+            check(not problem, f"Seq2SeqConfig.{key} = {history!r} with {method_key}: {problem}")
         if self.tgt_vocab_size is not None:
             check(self.tgt_vocab_size >= 1, "Seq2SeqConfig.tgt_vocab_size must be >= 1")
         check(
@@ -234,10 +259,18 @@ class Seq2SeqConfig:
             **{key: getattr(self, key) for key in same},
         )
 
-    def stack_options(self, coefficients: CoefficientScheme) -> StackOptions:
-        """The options of a discrete stack whose blocks weigh stages with ``coefficients``."""
+    def stack_options(
+        self, coefficients: CoefficientScheme, history: LayerHistory = "none"
+    ) -> StackOptions:
+        """The options of a discrete stack whose blocks weigh stages with ``coefficients``,
+        wrapped in layer ``history``."""
         return StackOptions(
-            coefficients, self.d_model, self.share_gate, self.implicit_iterations, self.norm_eps
+            coefficients,
+            self.d_model,
+            self.share_gate,
+            self.implicit_iterations,
+            self.norm_eps,
+            history,
         )
 
     @classmethod

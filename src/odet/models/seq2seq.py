@@ -87,7 +87,7 @@ class Seq2Seq(nn.Module):
             c.encoder_method,
             spec,
             c.encoder_layers,
-            stack=c.stack_options(c.coefficients),
+            stack=c.stack_options(c.coefficients, c.encoder_history),
             continuous=c.continuous,
         )
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
@@ -95,7 +95,7 @@ class Seq2Seq(nn.Module):
             c.decoder_method,
             lambda: DecoderField(**asdict(spec)),
             c.decoder_layers,
-            **asdict(c.stack_options(c.decoder_scheme)),
+            **asdict(c.stack_options(c.decoder_scheme, c.decoder_history)),
         )
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
         self.output_projection = nn.Linear(c.d_model, c.target_vocab_size, bias=False)
