@@ -16,6 +16,7 @@ from odet.blocks import (
 )
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from odet.models.presets import PRESETS
 from odet.nn import Activation, FieldConvention, FieldSpec, PositionScheme, TimeConditioning
 from odet.ode import SolverOptions
 
@@ -63,6 +64,14 @@ class ContinuousEncoderConfig(SolverOptions):
         return SolverOptions(**{f.name: getattr(self, f.name) for f in fields(SolverOptions)})
 
 
+def _check_preset(name: object) -> None:
+    check(
+        isinstance(name, str) and name in PRESETS,
+        f"model.preset = {name!r} is not a known architecture{suggest(str(name), PRESETS)}; "
+        f"choose one of {sorted(PRESETS)}",
+    )
+
+
 @dataclass(frozen=True)
 class Seq2SeqConfig:
     """An encoder–decoder ODE Transformer.
@@ -81,6 +90,9 @@ class Seq2SeqConfig:
 
     vocab_size: int
     """Source vocabulary size (also the target's unless ``tgt_vocab_size`` is set)."""
+    preset: str | None = None
+    """The named architecture these keys started from (``odet.models.presets.PRESETS``, e.g.
+    ``ode_relative_transformer_t2t_wmt_en_de_big``); keys given beside it override its."""
     d_model: int = 512
     """Feature width ``D``."""
     num_heads: int = 8
@@ -228,6 +240,8 @@ class Seq2SeqConfig:
                 f"Seq2SeqConfig.{key} = {value} is outside the vocabulary",
             )
         check(self.norm_eps > 0, "Seq2SeqConfig.norm_eps must be > 0")
+        if self.preset is not None:
+            _check_preset(self.preset)
         check(
             self.max_relative_distance >= 1,
             f"Seq2SeqConfig.max_relative_distance must be >= 1, got {self.max_relative_distance}",
@@ -275,7 +289,13 @@ class Seq2SeqConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Seq2SeqConfig:
-        """Build from a mapping (e.g. YAML); unknown keys are errors naming the closest key."""
+        """Build from a mapping (e.g. YAML); unknown keys are errors naming the closest key.
+        With ``preset``, that architecture's keys (``odet.models.presets.PRESETS``) come first
+        and the mapping's other keys override them."""
+        preset = data.get("preset")
+        if preset is not None:
+            _check_preset(preset)
+            data = {**PRESETS[preset], **data}
         return from_dict(cls, data, where="model")
 
     def to_dict(self) -> dict[str, Any]:
