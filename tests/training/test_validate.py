@@ -96,7 +96,8 @@ def test_coefficient_record_only_for_blocks_whose_weights_train():
     assert all(len(row) == 1 and 0 < row[0] < 1 for row in record["encoder"])
 
 
-def test_evaluator_validate_gives_loss_and_perplexity_and_restores_train_mode(tmp_path):
+def _run_setup(tmp_path, **train) -> tuple[TrainConfig, TokenizerPair, ValidationSet]:
+    """A tiny run's config (``train`` keys in its loop section), tokenizer and validation set."""
     pairs = _pairs(tmp_path)
     tokenizers = TokenizerPair.joint(
         Tokenizer.train(["a b c d A B C D"] * 20, vocab_size=16, model_type="bpe")
@@ -106,8 +107,14 @@ def test_evaluator_validate_gives_loss_and_perplexity_and_restores_train_mode(tm
         output_dir=str(tmp_path / "run"),
         data=DataConfig(data_dir=str(tmp_path), train=("v.src", "v.tgt"), vocab_size=16),
         model={"d_model": 16, "num_heads": 2, "ffn_dim": 32},
-        train=LoopConfig(valid_metric="none", best_metric="loss"),
+        train=LoopConfig(**train),
     )
+    return config, tokenizers, ValidationSet(pairs, dataset)
+
+
+def test_evaluator_validate_gives_loss_and_perplexity_and_restores_train_mode(tmp_path):
+    config, tokenizers, valid = _run_setup(tmp_path, valid_metric="none", best_metric="loss")
+    pairs, dataset = valid.pairs, valid.dataset
     model = _model(vocab_size=tokenizers.source.vocab_size)
     evaluator = Evaluator(config, tokenizers, torch.device("cpu"), FP32)
     assert evaluator.validate(model, None) == {}
@@ -122,16 +129,8 @@ def test_a_bf16_run_validates_and_decodes_in_fp32(tmp_path):
 
     from odet.training.step import ForwardPrecision
 
-    pairs = _pairs(tmp_path)
-    tokenizers = TokenizerPair.joint(
-        Tokenizer.train(["a b c d A B C D"] * 20, vocab_size=16, model_type="bpe")
-    )
-    dataset = ParallelDataset.from_texts(pairs.source, pairs.target, tokenizers)
-    config = TrainConfig(
-        output_dir=str(tmp_path / "run"),
-        data=DataConfig(data_dir=str(tmp_path), train=("v.src", "v.tgt"), vocab_size=16),
-        model={"d_model": 16, "num_heads": 2, "ffn_dim": 32},
-        train=LoopConfig(valid_metric="bleu", best_metric="loss", precision="bf16"),
+    config, tokenizers, valid = _run_setup(
+        tmp_path, valid_metric="bleu", best_metric="loss", precision="bf16"
     )
     config = replace(config, generation=replace(config.generation, beam_size=1, max_len_b=3))
     model = _model(vocab_size=tokenizers.source.vocab_size)
@@ -141,7 +140,5 @@ def test_a_bf16_run_validates_and_decodes_in_fp32(tmp_path):
     )
     evaluation = ForwardPrecision.for_evaluation(config.generation.precision, torch.device("cpu"))
     assert evaluation == ForwardPrecision("fp32", "cpu")
-    Evaluator(config, tokenizers, torch.device("cpu"), evaluation).validate(
-        model, ValidationSet(pairs, dataset)
-    )
+    Evaluator(config, tokenizers, torch.device("cpu"), evaluation).validate(model, valid)
     assert len(seen) > 1 and set(seen) == {(False, torch.float32)}  # loss and decoding alike

@@ -537,35 +537,30 @@ def _describe_encoder(c: ClassifierConfig) -> str:
 
 # ------------------------------------------------------------------------------------ report
 
+_METRIC_COLUMNS = (
+    ("val acc", "val_accuracy", "{:.3f}"),
+    ("acc (trained lengths)", "accuracy_trained", "{:.3f}"),
+    ("acc (longer)", "accuracy_longer", "{:.3f}"),
+    ("NFE (trained)", "nfe_trained", "{:.1f}"),
+    ("NFE (longer)", "nfe_longer", "{:.1f}"),
+    ("arclength (trained)", "arclength_trained", "{:.2f}"),
+    ("arclength (longer)", "arclength_longer", "{:.2f}"),
+)
+_TIME_COLUMN = ("train s", "train_seconds", "{:.1f}")
+
 _COLUMNS = (
     ("variant", "name", "{}"),
     ("seed", "seed", "{}"),
     ("encoder", "encoder", "{}"),
     ("λ", "arclength_weight", "{:g}"),
     ("params", "parameters", "{:,}"),
-    ("val acc", "val_accuracy", "{:.3f}"),
-    ("acc (trained lengths)", "accuracy_trained", "{:.3f}"),
-    ("acc (longer)", "accuracy_longer", "{:.3f}"),
-    ("NFE (trained)", "nfe_trained", "{:.1f}"),
-    ("NFE (longer)", "nfe_longer", "{:.1f}"),
-    ("arclength (trained)", "arclength_trained", "{:.2f}"),
-    ("arclength (longer)", "arclength_longer", "{:.2f}"),
+    *_METRIC_COLUMNS,
     ("failed solves", "failed", "{}"),
-    ("train s", "train_seconds", "{:.1f}"),
+    _TIME_COLUMN,
 )
 """The per-run table: (title, ``VariantResult`` attribute, format)."""
 
-_SUMMARY_COLUMNS = (
-    ("val acc", "val_accuracy", "{:.3f}"),
-    ("acc (trained lengths)", "accuracy_trained", "{:.3f}"),
-    ("acc (longer)", "accuracy_longer", "{:.3f}"),
-    ("NFE (trained)", "nfe_trained", "{:.1f}"),
-    ("NFE (longer)", "nfe_longer", "{:.1f}"),
-    ("arclength (trained)", "arclength_trained", "{:.2f}"),
-    ("arclength (longer)", "arclength_longer", "{:.2f}"),
-    ("failed solves / run", "failed", "{:.1f}"),
-    ("train s", "train_seconds", "{:.1f}"),
-)
+_SUMMARY_COLUMNS = (*_METRIC_COLUMNS, ("failed solves / run", "failed", "{:.1f}"), _TIME_COLUMN)
 """The summary table's metric columns: (title, ``VariantSummary`` attribute, format)."""
 
 
