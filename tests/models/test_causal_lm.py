@@ -122,7 +122,8 @@ def test_relative_positions_decode_exactly(method):
 
 def test_sinusoidal_positions_and_no_biases_decode_exactly():
     torch.manual_seed(4)
-    model = lively(CausalLM(small(method="rk2", positions="sinusoidal", bias=False))).double()
+    cfg = small(method="rk2", positions="sinusoidal", bias=False, stage_norm=True)
+    model = lively(CausalLM(cfg)).double()
     assert not [n for n, _ in model.named_parameters() if n.endswith(".bias")]
     ids = tokens()
     with torch.no_grad():

@@ -93,8 +93,9 @@ class CausalLMConfig:
     activation: Activation = "gelu"
     """The feed-forward activation."""
     bias: bool = True
-    """Biases in the projections and layer norms of the fields and the final norm (``False``:
-    none, as nanoGPT's ``bias=False``; gates and layer-history norms keep theirs)."""
+    """Biases in the projections and layer norms of the fields and in the final norm
+    (``False``: none, as nanoGPT's ``bias=False``; RK2 gates and layer-history norms keep
+    theirs)."""
     tie_embeddings: bool = True
     """Tie the output projection to the token embedding."""
     norm_eps: float = 1e-5

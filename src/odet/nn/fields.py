@@ -130,7 +130,9 @@ class FieldSpec:
 
     def output(self) -> FieldOutput:
         """The map from a layer's update ``dy`` to the field value."""
-        return FieldOutput(self.d_model, self.convention, self.stage_norm, self.norm_eps)
+        return FieldOutput(
+            self.d_model, self.convention, self.stage_norm, self.norm_eps, bias=self.bias
+        )
 
 
 def branch_sum(z: Tensor, *branches: Tensor) -> Tensor:
@@ -147,7 +149,13 @@ class FieldOutput(nn.Module):
     """Maps a layer's update ``dy`` at input ``z`` to the field value (see module docstring)."""
 
     def __init__(
-        self, d_model: int, convention: FieldConvention, stage_norm: bool, eps: float = 1e-5
+        self,
+        d_model: int,
+        convention: FieldConvention,
+        stage_norm: bool,
+        eps: float = 1e-5,
+        *,
+        bias: bool = True,
     ):
         super().__init__()
         if convention not in FIELD_CONVENTIONS:
@@ -155,7 +163,7 @@ class FieldOutput(nn.Module):
                 f"unknown field convention {convention!r}; choose one of {FIELD_CONVENTIONS}"
             )
         self.convention = convention
-        self.norm = nn.LayerNorm(d_model, eps=eps) if stage_norm else None
+        self.norm = nn.LayerNorm(d_model, eps=eps, bias=bias) if stage_norm else None
 
     def forward(self, z: Tensor, dy: Tensor) -> Tensor:
         out = dy if self.convention == "textbook" else z + dy
