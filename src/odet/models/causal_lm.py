@@ -304,8 +304,10 @@ class CausalLM(nn.Module):
             raise ValueError(f"top_k must be >= 1 (or None), got {top_k}")
         if top_p is not None and not 0 < top_p <= 1:
             raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
+        if not isinstance(prompt_ids, Tensor):
+            raise TypeError(f"prompt_ids must be a torch.Tensor, got {type(prompt_ids).__name__}")
         block_size = self.config.block_size
-        self._check_tokens(prompt_ids[:, -block_size:], 0)
+        self._check_tokens(prompt_ids[..., -block_size:], 0)
         generator = None
         if seed is not None:
             generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)
@@ -325,7 +327,8 @@ class CausalLM(nn.Module):
                 logits = self.decode(out[:, -block_size:], state)[:, -1]
             else:
                 logits = self.decode(out[:, -1:], state)[:, -1]
-            logits = sampling.truncate(logits.float() / temperature)  # (B, V)
+            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+            logits = sampling.truncate(logits / temperature)  # (B, V)
             token = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (B, 1)
             out = torch.cat([out, token.to(out.dtype)], dim=1)
         return out
