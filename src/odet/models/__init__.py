@@ -1,6 +1,7 @@
-"""Models: typed configs, the one encoder builder, the encoder–decoder ODE Transformer and the
-sequence classifier."""
+"""Models: typed configs, the one encoder builder, the encoder–decoder ODE Transformer, the
+decoder-only language model and the sequence classifier."""
 
+from odet.models.causal_lm import LM_POSITIONS, CausalLM, CausalLMConfig, LMPositions
 from odet.models.classifier import (
     ClassifierConfig,
     ClassifierOutput,
@@ -21,12 +22,16 @@ from odet.models.serialization import CheckpointError
 __all__ = [
     "CONTINUOUS",
     "ENCODER_METHOD_ALIASES",
+    "LM_POSITIONS",
+    "CausalLM",
+    "CausalLMConfig",
     "CheckpointError",
     "ClassifierConfig",
     "ClassifierOutput",
     "ContinuousEncoderConfig",
     "Encoder",
     "EncoderOutput",
+    "LMPositions",
     "Seq2Seq",
     "Seq2SeqConfig",
     "Seq2SeqDecoder",

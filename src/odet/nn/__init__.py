@@ -6,6 +6,7 @@ from odet.nn.embedding import SinusoidalPositions, TokenEmbedding, sinusoidal_ta
 from odet.nn.feedforward import ACTIVATIONS, Activation, FeedForward
 from odet.nn.fields import (
     FIELD_CONVENTIONS,
+    CausalField,
     DecoderField,
     EncoderField,
     FieldConvention,
@@ -23,6 +24,7 @@ __all__ = [
     "PRECISIONS",
     "TIME_CONDITIONINGS",
     "Activation",
+    "CausalField",
     "CrossAttention",
     "DecoderField",
     "DecoderState",

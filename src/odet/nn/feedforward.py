@@ -23,14 +23,15 @@ class FeedForward(nn.Module):
         *,
         activation: Activation = "relu",
         activation_dropout: float = 0.0,
+        bias: bool = True,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}"
             )
-        self.fc1 = nn.Linear(d_model, ffn_dim)
-        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.fc1 = nn.Linear(d_model, ffn_dim, bias=bias)
+        self.fc2 = nn.Linear(ffn_dim, d_model, bias=bias)
         self.activation = ACTIVATIONS[activation]
         self.dropout = Dropout(activation_dropout)
 

@@ -6,6 +6,7 @@ step of ``dy/dt = F(y)``; an RK block evaluates the same ``F`` at several stage 
     encoder  F(z) = a + FFN(LN(z + a)),            a = SelfAttn(LN z)
     decoder  F(z) = a + c + FFN(LN(z + a + c)),    a = CausalSelfAttn(LN z),
                                                    c = CrossAttn(LN(z + a), memory)
+    causal   F(z) = a + FFN(LN(z + a)),            a = CausalSelfAttn(LN z)   (language models)
 
 Two conventions turn the layer's update ``dy`` into the field value (``FieldOutput``):
 ``"textbook"`` returns ``dy`` (the ODE view, the default); ``"layer"`` returns ``z + dy``, i.e.
@@ -63,6 +64,9 @@ class FieldSpec:
     al.; ``None``: none)."""
     relative_values: bool = False
     """Relative representations for the values too (keys only by default, as the paper's code)."""
+    bias: bool = True
+    """Biases in the attention and feed-forward projections and the layer norms (``False``: none,
+    as in GPT-style models without biases)."""
 
     def __post_init__(self) -> None:
         for key in ("d_model", "num_heads", "ffn_dim"):
@@ -94,7 +98,7 @@ class FieldSpec:
 
     def norm(self) -> nn.LayerNorm:
         """A layer norm over ``D``."""
-        return nn.LayerNorm(self.d_model, eps=self.norm_eps)
+        return nn.LayerNorm(self.d_model, eps=self.norm_eps, bias=self.bias)
 
     def self_attention(self) -> SelfAttention:
         """Self-attention, with this layer's own relative position embeddings if asked for."""
@@ -108,7 +112,11 @@ class FieldSpec:
             )
         )
         return SelfAttention(
-            self.d_model, self.num_heads, dropout=self.attention_dropout, relative=relative
+            self.d_model,
+            self.num_heads,
+            dropout=self.attention_dropout,
+            bias=self.bias,
+            relative=relative,
         )
 
     def feed_forward(self) -> FeedForward:
@@ -117,11 +125,14 @@ class FieldSpec:
             self.ffn_dim,
             activation=self.activation,
             activation_dropout=self.activation_dropout,
+            bias=self.bias,
         )
 
     def output(self) -> FieldOutput:
         """The map from a layer's update ``dy`` to the field value."""
-        return FieldOutput(self.d_model, self.convention, self.stage_norm, self.norm_eps)
+        return FieldOutput(
+            self.d_model, self.convention, self.stage_norm, self.norm_eps, bias=self.bias
+        )
 
 
 def branch_sum(z: Tensor, *branches: Tensor) -> Tensor:
@@ -138,7 +149,13 @@ class FieldOutput(nn.Module):
     """Maps a layer's update ``dy`` at input ``z`` to the field value (see module docstring)."""
 
     def __init__(
-        self, d_model: int, convention: FieldConvention, stage_norm: bool, eps: float = 1e-5
+        self,
+        d_model: int,
+        convention: FieldConvention,
+        stage_norm: bool,
+        eps: float = 1e-5,
+        *,
+        bias: bool = True,
     ):
         super().__init__()
         if convention not in FIELD_CONVENTIONS:
@@ -146,7 +163,7 @@ class FieldOutput(nn.Module):
                 f"unknown field convention {convention!r}; choose one of {FIELD_CONVENTIONS}"
             )
         self.convention = convention
-        self.norm = nn.LayerNorm(d_model, eps=eps) if stage_norm else None
+        self.norm = nn.LayerNorm(d_model, eps=eps, bias=bias) if stage_norm else None
 
     def forward(self, z: Tensor, dy: Tensor) -> Tensor:
         out = dy if self.convention == "textbook" else z + dy
@@ -165,11 +182,9 @@ class _LayerField(nn.Module):
         raise NotImplementedError
 
 
-class EncoderField(_LayerField):
-    """``F(z) = a + FFN(LN(z + a))``, ``a = SelfAttn(LN z)``: ``(B, T, D) -> (B, T, D)``.
-
-    Built from ``FieldSpec(d_model, num_heads, ffn_dim, **options)``.
-    """
+class _SelfAttentionField(_LayerField):
+    """What the encoder and causal fields share: ``F(z) = a + FFN(LN(z + a))`` around the
+    self-attention output ``a`` that each computes its own way."""
 
     def _build(self, spec: FieldSpec) -> None:
         self.attn_norm = spec.norm()
@@ -179,11 +194,36 @@ class EncoderField(_LayerField):
         self.dropout = Dropout(spec.dropout)
         self.output = spec.output()
 
-    def forward(self, z: Tensor, *, padding_mask: Tensor | None = None) -> Tensor:
-        """``z (B, T, D)``, ``padding_mask (B, T)`` True at padding → ``F(z) (B, T, D)``."""
-        a = self.dropout(self.self_attn(self.attn_norm(z), padding_mask=padding_mask))
+    def _field(self, z: Tensor, a: Tensor) -> Tensor:
+        """``F(z)`` from ``z`` and the self-attention output ``a``, both ``(B, T, D)``."""
+        a = self.dropout(a)
         f = self.dropout(self.ffn(self.ffn_norm(z + a)))
         return self.output(z, branch_sum(z, a, f))
+
+
+class EncoderField(_SelfAttentionField):
+    """``F(z) = a + FFN(LN(z + a))``, ``a = SelfAttn(LN z)``: ``(B, T, D) -> (B, T, D)``.
+
+    Built from ``FieldSpec(d_model, num_heads, ffn_dim, **options)``.
+    """
+
+    def forward(self, z: Tensor, *, padding_mask: Tensor | None = None) -> Tensor:
+        """``z (B, T, D)``, ``padding_mask (B, T)`` True at padding → ``F(z) (B, T, D)``."""
+        return self._field(z, self.self_attn(self.attn_norm(z), padding_mask=padding_mask))
+
+
+class CausalField(_SelfAttentionField):
+    """``F(z) = a + FFN(LN(z + a))``, ``a = CausalSelfAttn(LN z)``: the decoder-only (language
+    model) layer, ``(B, T, D) -> (B, T, D)``.
+
+    ``cache`` holds this stage's self-attention keys/values (one per (block, stage), as in
+    :class:`DecoderField`), so every block family decodes incrementally and exactly. Built from
+    ``FieldSpec(d_model, num_heads, ffn_dim, **options)``.
+    """
+
+    def forward(self, z: Tensor, *, cache: KVCache | None = None) -> Tensor:
+        """``z (B, T, D)`` (the new positions when ``cache`` holds earlier ones) → ``F(z)``."""
+        return self._field(z, self.self_attn(self.attn_norm(z), causal=True, cache=cache))
 
 
 class DecoderField(_LayerField):
