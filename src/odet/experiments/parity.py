@@ -354,11 +354,13 @@ def run_parity(
 
 
 def run_key(config: ParityExperimentConfig, variant: VariantConfig, seed: int) -> str:
-    """A digest of everything a run's numbers depend on: task, training, model, λ and seed."""
+    """A digest of the settings a run was asked for: task, training, the model keys as the
+    config writes them (base, then the variant's), λ and seed. It does not depend on how the
+    code spells a resolved model config, so finished runs stay reusable across refactors."""
     settings = {
         "task": to_dict(config.task),
         "training": to_dict(config.training),
-        "model": config.classifier_config(variant).to_dict(),
+        "model": {**config.model, **variant.model},
         "arclength_weight": variant.arclength_weight,
         "seed": seed,
     }
