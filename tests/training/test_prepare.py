@@ -74,7 +74,28 @@ def test_read_split_reads_text_pairs_skipping_empty_sides_and_logs_the_count(cor
         pairs = read_split(_data(corpus), ("train.src", "train.tgt"))
     assert len(pairs) == 39 and 6 not in pairs.line_numbers
     assert pairs.target[0] == pairs.source[0].upper()
-    assert "read train.src: 39 pairs" in caplog.text
+    assert "read train.src: 39 pairs; skipped 1 of 40 lines (empty 1)" in caplog.text
+
+
+def test_skipped_lines_are_logged_per_reason_in_train_log(corpus, tmp_path):
+    from odet.training import TrainConfig, train
+
+    with open(corpus / "train.src", "ab") as handle:
+        handle.write(b"caf\xe9 latin-1\n\n")
+    with open(corpus / "train.tgt", "a", encoding="utf-8") as handle:
+        handle.write("CAFE\nEMPTY SOURCE\n")
+    config = {
+        "output_dir": str(tmp_path / "run"),
+        "data": {"data_dir": str(corpus), "train": ["train.src", "train.tgt"], "vocab_size": 40},
+        "model": {"d_model": 16, "num_heads": 2, "ffn_dim": 16, "encoder_layers": 1},
+        "train": {"max_updates": 1, "max_tokens": 200, "progress": False},
+        "optim": {"warmup_updates": 1},
+    }
+    config["model"]["decoder_layers"] = 1
+    config["train"].update(valid_metric="none", best_metric="loss")
+    train(TrainConfig.from_dict(config))
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "read train.src: 39 pairs; skipped 3 of 42 lines (empty 2, invalid_utf8 1)" in log
 
 
 def test_read_split_reads_json_lines_fields(tmp_path):

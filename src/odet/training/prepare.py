@@ -27,14 +27,21 @@ logger = logging.getLogger("odet.train")
 
 
 def read_split(data: DataConfig, files: tuple[str, ...]) -> TextPairs:
-    """Read one split (text pair or JSON Lines) and log what was skipped."""
+    """Read one split (text pair or JSON Lines) and log how many lines were skipped, per
+    reason (every count of the ``ReadReport`` but ``lines`` and ``kept``)."""
     if data.format == "text":
         pairs = read_parallel_text(data.path(files[0]), data.path(files[1]))
     else:
         pairs = read_jsonl_pairs(data.path(files[0]), data.source_field, data.target_field)
-    report = pairs.report.as_dict()
-    skipped = {k: v for k, v in report.items() if k.startswith("skipped") and v}
-    logger.info("read %s: %d pairs%s", files[0], len(pairs), f", {skipped}" if skipped else "")
+    report = pairs.report
+    reasons = {k: v for k, v in report.as_dict().items() if k not in ("lines", "kept") and v}
+    skipped = ", ".join(f"{k} {v}" for k, v in reasons.items())
+    logger.info(
+        "read %s: %d pairs%s",
+        files[0],
+        len(pairs),
+        f"; skipped {report.skipped} of {report.lines} lines ({skipped})" if reasons else "",
+    )
     return pairs
 
 
