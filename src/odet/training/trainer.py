@@ -102,7 +102,10 @@ class Trainer:
         if c.train.threads:
             torch.set_num_threads(c.train.threads)
         torch.manual_seed(c.seed)  # the same initial weights on every rank
-        data = prepare_data(c.data, self.out / "tokenizer", self.dist, progress=self.progress)
+        limit = c.model_config(max(64, c.data.vocab_size)).max_positions
+        data = prepare_data(
+            c.data, self.out / "tokenizer", self.dist, progress=self.progress, max_positions=limit
+        )
         self.tokenizers, self.train_set, self.valid = data.tokenizers, data.train, data.valid
         self.batcher = make_batcher(
             self.train_set,
