@@ -37,6 +37,8 @@ def _bad_inputs(tmp: Path, data: Path, run: Path) -> dict[str, tuple[list[str], 
     (tmp / "hyp.txt").write_text("a\nb\nc\n")
     (tmp / "ref.txt").write_text("a\nb\n")
     (tmp / "not-a-model").mkdir()
+    (tmp / "theirs").mkdir()
+    (tmp / "theirs" / "config.yaml").write_text("my: settings\n")
     broken = tmp / "broken-model"
     shutil.copytree(resolve_model_dir(run, "last"), broken)
     (broken / "config.json").write_text("{not json")
@@ -108,6 +110,34 @@ def _bad_inputs(tmp: Path, data: Path, run: Path) -> dict[str, tuple[list[str], 
             ],
             "needs --src",
         ),
+        "foreign output dir with a config.yaml": (
+            ["train", cfg("g", output_dir=str(tmp / "theirs"))],
+            "not an odet run directory",
+        ),
+        "generate output is a directory": (
+            ["generate", str(run), "-i", str(tmp / "hyp.txt"), "-o", str(tmp / "not-a-model")],
+            "is a directory",
+        ),
+        "generate output cannot be created": (
+            ["generate", str(run), "-i", str(tmp / "hyp.txt"), "-o", str(tmp / "hyp.txt" / "o")],
+            "cannot be written",
+        ),
+        "evaluate hyp is a directory": (
+            ["evaluate", "--hyp", str(tmp / "not-a-model"), "--ref", str(tmp / "ref.txt")],
+            "not-a-model",
+        ),
+        "average into a checkpoint": (
+            ["average", str(run), "--last", "1", "--out", str(resolve_model_dir(run, "last"))],
+            "exists and is not empty",
+        ),
+        "average into a run": (
+            ["average", str(run), "--last", "1", "--out", str(run)],
+            "exists and is not empty",
+        ),
+        "average into a file": (
+            ["average", str(run), "--last", "1", "--out", str(tmp / "ref.txt")],
+            "is not a directory",
+        ),
         "average too few": (
             ["average", str(run), "--last", "9", "--out", str(tmp / "avg")],
             "fewer than --last 9",
@@ -143,6 +173,13 @@ CASES = [
     "missing data",
     "misaligned data",
     "foreign output dir",
+    "foreign output dir with a config.yaml",
+    "generate output is a directory",
+    "generate output cannot be created",
+    "evaluate hyp is a directory",
+    "average into a checkpoint",
+    "average into a run",
+    "average into a file",
     "generate missing model",
     "generate not a model",
     "generate corrupt model",
@@ -167,8 +204,48 @@ def test_user_errors_give_one_line_and_exit_status_2(case, tmp_path, copy_data, 
     assert len(messages) == 1, err
     assert fragment in messages[0]
     assert not any("Traceback" in line for line in err)
+    assert "[Errno" not in messages[0]
     if case == "foreign output dir":
         assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
+    if case == "foreign output dir with a config.yaml":
+        assert sorted(p.name for p in (tmp_path / "theirs").iterdir()) == ["config.yaml"]
+
+
+def test_average_refuses_a_non_empty_out_before_averaging(trained, tmp_path, monkeypatch):
+    import odet.training.average as average
+
+    loaded = []
+    monkeypatch.setattr(average.Seq2Seq, "from_pretrained", lambda p: loaded.append(p))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("keep")
+    assert main(["average", str(trained), "--last", "1", "--out", str(tmp_path / "out")]) == 2
+    assert loaded == [] and (tmp_path / "out" / "keep.txt").read_text() == "keep"
+
+
+def test_generate_checks_the_output_before_decoding_and_replaces_it_atomically(
+    trained, tmp_path, monkeypatch, capsys
+):
+    from odet.inference import Translator
+
+    source = tmp_path / "in.txt"
+    source.write_text("a b\nc\n")
+    out = tmp_path / "out.txt"
+    out.write_text("previous\n")
+
+    def failing(self, lines, progress=False):
+        raise ValueError("decoding failed")
+
+    real = Translator.translate
+    monkeypatch.setattr(Translator, "translate", failing)
+    assert main(["generate", str(trained), "-i", str(source), "-o", str(out)]) == 2
+    assert out.read_text() == "previous\n" and sorted(tmp_path.iterdir()) == [source, out]
+    calls = []
+    monkeypatch.setattr(Translator, "translate", lambda *a, **k: calls.append(1) or [])
+    assert main(["generate", str(trained), "-i", str(source), "-o", str(source / "x")]) == 2
+    assert calls == [] and "cannot be written" in capsys.readouterr().err
+    monkeypatch.setattr(Translator, "translate", real)
+    assert main(["generate", str(trained), "-i", str(source), "-o", str(out), "--no-progress"]) == 0
+    assert len(out.read_text().splitlines()) == 2 and sorted(tmp_path.iterdir()) == [source, out]
 
 
 def test_generate_reads_stdin_and_keeps_empty_lines(trained, tmp_path, monkeypatch, capsys):

@@ -10,7 +10,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 EXIT_USER_ERROR = 2
@@ -65,12 +66,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--output {args.output} is the input file; refusing to overwrite it")
     translator = Translator.from_checkpoint(args.model, args.checkpoint, config)
     lines, invalid = _read_input(args.input)
-    outputs = translator.translate(lines, progress=not args.no_progress and args.output is not None)
-    text = "".join(o + "\n" for o in outputs)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    with _output(args.output) as tmp:
+        progress = not args.no_progress and args.output is not None
+        text = "".join(o + "\n" for o in translator.translate(lines, progress=progress))
+        if tmp is None:
+            sys.stdout.write(text)
+        else:
+            tmp.write_text(text, encoding="utf-8")
     report = translator.report
     notes = []
     if report.empty:
@@ -86,6 +88,28 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"odet: warning: {note}", file=sys.stderr)
     return 0
+
+
+@contextmanager
+def _output(path: str | None) -> Iterator[Path | None]:
+    """``None`` for stdout; else a temporary file beside ``path``, created before decoding (an
+    output that cannot be written fails first) and renamed over ``path`` at the end."""
+    if path is None:
+        yield None
+        return
+    from odet.io import atomic_output
+
+    if Path(path).is_dir():
+        raise ValueError(f"--output {path} is a directory; give a file name")
+    with ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(atomic_output(path))
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+            raise ValueError(
+                f"--output {path} cannot be written ({reason}); nothing was decoded"
+            ) from None
+        yield tmp
 
 
 def _read_input(path: str | None) -> tuple[list[str], int]:
@@ -463,7 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TRAINING_FAILED
     except _user_errors() as err:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if isinstance(err, OSError) and err.filename and str(err.filename) not in message:
+        if isinstance(err, OSError) and err.strerror:  # the reason and file, not "[Errno N]"
+            message = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+        elif isinstance(err, OSError) and err.filename and str(err.filename) not in message:
             message = f"{message}: {err.filename}"
         print(f"odet: error: {message}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 PathLike = str | os.PathLike[str]
@@ -24,11 +25,13 @@ def fsync_dir(path: PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, fsync it, then rename it over.
+@contextmanager
+def atomic_output(path: PathLike) -> Iterator[Path]:
+    """A temporary file beside ``path``, created on entry (so a target that cannot be written
+    fails before any work is done), fsynced and renamed over ``path`` on a clean exit and
+    removed otherwise.
 
-    The temporary file is removed when ``write`` or the rename fails; ``path``'s parent
-    directories are created. The written file is world-readable (mode 0o644).
+    ``path``'s parent directories are created. The written file is world-readable (0o644).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,7 +39,7 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        write(tmp)
+        yield tmp
         os.chmod(tmp, 0o644)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
@@ -44,6 +47,13 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, fsync it, then rename it over
+    (:func:`atomic_output`); the temporary file is removed when ``write`` or the rename fails."""
+    with atomic_output(path) as tmp:
+        write(tmp)
 
 
 def write_bytes_atomic(path: PathLike, data: bytes) -> None:

@@ -149,3 +149,34 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(copy_data, tmp_path):
     assert "checkpoint saved" in err and "Traceback" not in err
     state = latest_checkpoint(tmp_path / "run" / "checkpoints").state
     assert state.step > 0
+
+
+def test_a_corrupt_index_is_rebuilt_from_the_checkpoints_that_verify(copy_data, tmp_path, caplog):
+    train_section = {"max_updates": 6, "save_every_updates": 2, "keep_last": 3}
+    config = tiny_config(copy_data, tmp_path / "run", train=train_section)
+    train(TrainConfig.from_dict(config))
+    root = tmp_path / "run" / "checkpoints"
+    names = [e["name"] for e in json.loads((root / "index.json").read_text())["checkpoints"]]
+    assert names == ["step_0000002", "step_0000004", "step_0000006"]
+    (root / "step_0000006" / "model.safetensors").write_bytes(b"bit rot")
+    (root / "index.json").write_text('{"checkpoints": [{"na')
+    resumed = tiny_config(copy_data, tmp_path / "run", train={**train_section, "max_updates": 8})
+    with caplog.at_level("WARNING", logger="odet"):
+        result = train(TrainConfig.from_dict(resumed))
+    assert result.steps == 8
+    assert "rebuilt it from the 2 checkpoint(s) that verify" in caplog.text
+    index = json.loads((root / "index.json").read_text())
+    assert [e["name"] for e in index["checkpoints"]][-1] == "step_0000008"
+    assert index["last"] == "step_0000008" and (root / index["best"]).is_dir()
+    assert [p.name for p in root.glob(".*")] == []
+
+
+def test_rebuild_index_keeps_the_best_checkpoint_when_it_verifies(copy_data, tmp_path):
+    from odet.training.checkpoint import rebuild_index
+
+    config = tiny_config(copy_data, tmp_path / "run", train={"max_epochs": 2, "keep_last": 1})
+    train(TrainConfig.from_dict(config))
+    root = tmp_path / "run" / "checkpoints"
+    before = json.loads((root / "index.json").read_text())
+    (root / "index.json").write_text("[]")
+    assert rebuild_index(root) == before == json.loads((root / "index.json").read_text())

@@ -74,7 +74,28 @@ def test_read_split_reads_text_pairs_skipping_empty_sides_and_logs_the_count(cor
         pairs = read_split(_data(corpus), ("train.src", "train.tgt"))
     assert len(pairs) == 39 and 6 not in pairs.line_numbers
     assert pairs.target[0] == pairs.source[0].upper()
-    assert "read train.src: 39 pairs" in caplog.text
+    assert "read train.src: 39 pairs; skipped 1 of 40 lines (empty 1)" in caplog.text
+
+
+def test_skipped_lines_are_logged_per_reason_in_train_log(corpus, tmp_path):
+    from odet.training import TrainConfig, train
+
+    with open(corpus / "train.src", "ab") as handle:
+        handle.write(b"caf\xe9 latin-1\n\n")
+    with open(corpus / "train.tgt", "a", encoding="utf-8") as handle:
+        handle.write("CAFE\nEMPTY SOURCE\n")
+    config = {
+        "output_dir": str(tmp_path / "run"),
+        "data": {"data_dir": str(corpus), "train": ["train.src", "train.tgt"], "vocab_size": 40},
+        "model": {"d_model": 16, "num_heads": 2, "ffn_dim": 16, "encoder_layers": 1},
+        "train": {"max_updates": 1, "max_tokens": 200, "progress": False},
+        "optim": {"warmup_updates": 1},
+    }
+    config["model"]["decoder_layers"] = 1
+    config["train"].update(valid_metric="none", best_metric="loss")
+    train(TrainConfig.from_dict(config))
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "read train.src: 39 pairs; skipped 3 of 42 lines (empty 2, invalid_utf8 1)" in log
 
 
 def test_read_split_reads_json_lines_fields(tmp_path):
@@ -162,3 +183,47 @@ def test_make_batcher_shards_the_epoch_between_ranks():
     assert len(halves[0]) == len(halves[1]) == whole.num_batches // 2
     first, second = (list(h) for h in halves)
     assert not {tuple(b) for b in first} & {tuple(b) for b in second}
+
+
+def test_a_missing_test_file_is_an_error_before_the_tokenizer_is_trained(corpus, tmp_path):
+    data = _data(corpus, test=("test.src", "test.tgt"))
+    with pytest.raises(DataError, match="test.src"):
+        prepare_data(data, tmp_path / "tok", DistributedContext())
+    assert not has_tokenizer(tmp_path / "tok")
+
+
+def test_a_misaligned_test_split_is_an_error_before_training(corpus, tmp_path):
+    _write_text(corpus, "test.src", ["a b", "c d"])
+    _write_text(corpus, "test.tgt", ["A B"])
+    with pytest.raises(DataError, match="test.tgt"):
+        prepare_data(
+            _data(corpus, test=("test.src", "test.tgt")), tmp_path / "t", DistributedContext()
+        )
+
+
+def test_a_validation_split_with_nothing_left_after_skipping_is_an_error(corpus, tmp_path):
+    _write_text(corpus, "empty.src", ["", ""])
+    _write_text(corpus, "empty.tgt", ["A", "B"])
+    data = _data(corpus, valid=("empty.src", "empty.tgt"))
+    with pytest.raises(DataError, match=r"data.valid \['empty.src', 'empty.tgt'\] has no pairs"):
+        prepare_data(data, tmp_path / "tok", DistributedContext())
+
+
+def test_pairs_longer_than_the_position_table_are_filtered_or_cut_with_counts(
+    corpus, tmp_path, caplog
+):
+    full = prepare_data(_data(corpus), tmp_path / "tok", DistributedContext())
+    valid = full.valid.dataset
+    positions = max(int(valid.source_lengths.max()), int(valid.target_lengths.max()))
+    with caplog.at_level(logging.INFO, logger="odet.train"):
+        fitted = prepare_data(
+            _data(corpus), tmp_path / "tok", DistributedContext(), max_positions=positions
+        )
+    limit = positions - 1
+    assert max(fitted.train.source_lengths.max(), fitted.train.target_lengths.max()) <= limit
+    assert 0 < len(fitted.train) < len(full.train)
+    cut = fitted.valid.dataset
+    assert len(cut) == len(valid)
+    assert max(cut.source_lengths.max(), cut.target_lengths.max()) <= limit
+    assert f"to the model's {positions} positions" in caplog.text
+    assert f"'kept': {len(fitted.train)}" in caplog.text

@@ -9,6 +9,19 @@ from odet.models import CheckpointError, Seq2Seq
 from odet.training.checkpoint import INDEX_NAME, read_index
 
 
+def check_average_out(out: Path) -> None:
+    """Refuse an ``--out`` that exists and is not an empty directory (a checkpoint, a run, any
+    file or folder of the user's): averaging never overwrites."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a directory; choose a new directory")
+    if any(out.iterdir()):
+        raise ValueError(
+            f"--out {out} exists and is not empty; choose a new directory (nothing was written)"
+        )
+
+
 def average_checkpoints(run: str | Path, last: int, out: str | Path) -> Path:
     """Average the model weights of the ``last`` newest checkpoints of ``run`` into ``out``
     (a model directory with the tokenizer, usable by ``odet generate``)."""
@@ -25,9 +38,8 @@ def average_checkpoints(run: str | Path, last: int, out: str | Path) -> Path:
             "train.keep_last when training"
         )
     paths = [root / e["name"] for e in entries[-last:]]
+    check_average_out(Path(out))
     out = Path(out)
-    if out.resolve() in {p.resolve() for p in paths}:
-        raise ValueError(f"--out {out} is one of the checkpoints being averaged")
     model = Seq2Seq.from_pretrained(paths[0])
     total = {k: v.detach().clone().double() for k, v in model.state_dict().items()}
     for path in paths[1:]:

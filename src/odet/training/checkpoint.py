@@ -62,6 +62,8 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "read_index",
+    "read_or_rebuild_index",
+    "rebuild_index",
     "remove_partial_writes",
     "resolve_model_dir",
     "save_checkpoint",
@@ -145,7 +147,7 @@ def save_checkpoint(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
-    index = read_index(root)
+    index = read_or_rebuild_index(root)
     entries = [e for e in index["checkpoints"] if e["name"] != name and (root / e["name"]).is_dir()]
     entries.append({"name": name, "step": state.step, "epoch": state.epoch})
     best = name if is_best else index.get("best")
@@ -184,6 +186,41 @@ def remove_partial_writes(root: Path) -> list[Path]:
                 path.unlink(missing_ok=True)
             removed.append(path)
     return removed
+
+
+def rebuild_index(root: Path) -> dict[str, Any]:
+    """Write a new ``index.json`` (atomically) from the ``step_*`` checkpoints that verify;
+    ``best`` is the newest one's ``best_step`` when that checkpoint is among them."""
+    entries, best_steps = [], []
+    for path in sorted(p for p in root.glob("step_*") if p.is_dir()):
+        try:
+            state = load_checkpoint(path).state
+        except CheckpointError as err:
+            logger.warning("leaving checkpoint %s out of the rebuilt index: %s", path.name, err)
+            continue
+        entries.append({"name": path.name, "step": state.step, "epoch": state.epoch})
+        best_steps.append(state.best_step)
+    names = {e["name"] for e in entries}
+    best = checkpoint_name(best_steps[-1]) if best_steps and best_steps[-1] is not None else None
+    index = {
+        "checkpoints": entries,
+        "last": entries[-1]["name"] if entries else None,
+        "best": best if best in names else None,
+    }
+    atomic_write(root / INDEX_NAME, lambda p: p.write_text(json.dumps(index, indent=2) + "\n"))
+    return index
+
+
+def read_or_rebuild_index(root: Path) -> dict[str, Any]:
+    """The index of ``root``; a corrupt one is reported and rebuilt by ``rebuild_index``."""
+    try:
+        return read_index(root)
+    except CheckpointError as err:
+        index = rebuild_index(root)
+        logger.warning(
+            "%s; rebuilt it from the %d checkpoint(s) that verify", err, len(index["checkpoints"])
+        )
+        return index
 
 
 def latest_checkpoint(root: Path) -> Checkpoint | None:

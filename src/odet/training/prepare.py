@@ -27,14 +27,33 @@ logger = logging.getLogger("odet.train")
 
 
 def read_split(data: DataConfig, files: tuple[str, ...]) -> TextPairs:
-    """Read one split (text pair or JSON Lines) and log what was skipped."""
+    """Read one split (text pair or JSON Lines) and log how many lines were skipped, per
+    reason (every count of the ``ReadReport`` but ``lines`` and ``kept``)."""
     if data.format == "text":
         pairs = read_parallel_text(data.path(files[0]), data.path(files[1]))
     else:
         pairs = read_jsonl_pairs(data.path(files[0]), data.source_field, data.target_field)
-    report = pairs.report.as_dict()
-    skipped = {k: v for k, v in report.items() if k.startswith("skipped") and v}
-    logger.info("read %s: %d pairs%s", files[0], len(pairs), f", {skipped}" if skipped else "")
+    report = pairs.report
+    reasons = {k: v for k, v in report.as_dict().items() if k not in ("lines", "kept") and v}
+    skipped = ", ".join(f"{k} {v}" for k, v in reasons.items())
+    logger.info(
+        "read %s: %d pairs%s",
+        files[0],
+        len(pairs),
+        f"; skipped {report.skipped} of {report.lines} lines ({skipped})" if reasons else "",
+    )
+    return pairs
+
+
+def read_checked_split(data: DataConfig, split: str) -> TextPairs:
+    """``read_split`` of ``data.<split>``, refused with a ``DataError`` when no pair is left."""
+    files = getattr(data, split)
+    pairs = read_split(data, files)
+    if len(pairs) == 0:
+        raise DataError(
+            f"data.{split} {list(files)} has no pairs left after skipping "
+            f"{pairs.report.skipped} of {pairs.report.lines} line(s); check the files"
+        )
     return pairs
 
 
@@ -42,8 +61,28 @@ def read_valid_split(data: DataConfig) -> TextPairs | None:
     """The validation pairs, cut to ``data.valid_limit`` when set; ``None`` without a split."""
     if not data.valid:
         return None
-    pairs = read_split(data, data.valid)
+    pairs = read_checked_split(data, "valid")
     return pairs.head(data.valid_limit) if data.valid_limit else pairs
+
+
+def fit_to_positions(dataset: ParallelDataset, max_positions: int, split: str) -> ParallelDataset:
+    """Every side cut to the model's position table (``max_positions`` - 1 tokens, as EOS or
+    BOS takes one); logs how many pairs were cut."""
+    limit = max_positions - 1
+    over = (dataset.source_lengths > limit) | (dataset.target_lengths > limit)
+    if not over.any():
+        return dataset
+    logger.info(
+        "%s: truncated %d of %d pairs to the model's %d positions for the loss",
+        split,
+        int(over.sum()),
+        len(dataset),
+        max_positions,
+    )
+    return ParallelDataset(
+        [dataset[i][0][:limit] for i in range(len(dataset))],
+        [dataset[i][1][:limit] for i in range(len(dataset))],
+    )
 
 
 def train_tokenizers(data: DataConfig, pairs: TextPairs) -> TokenizerPair:
@@ -106,14 +145,18 @@ def truncate_sources(dataset: ParallelDataset, limit: int) -> ParallelDataset:
     )
 
 
-def apply_length_filter(data: DataConfig, dataset: ParallelDataset) -> ParallelDataset:
-    """The pairs within ``data.max_source_tokens`` / ``max_target_tokens`` / ``max_ratio``.
+def apply_length_filter(
+    data: DataConfig, dataset: ParallelDataset, max_positions: int = 0
+) -> ParallelDataset:
+    """The pairs within ``data.max_source_tokens`` / ``max_target_tokens`` / ``max_ratio``
+    and, with ``max_positions``, the model's position table (tokens + EOS or BOS).
 
     Raises ``DataError`` when no pair is left, since training could not start.
     """
+    limit = max_positions - 1 if max_positions else None
     length_filter = LengthFilter(
-        max_source_tokens=data.max_source_tokens,
-        max_target_tokens=data.max_target_tokens,
+        max_source_tokens=min(data.max_source_tokens, limit or data.max_source_tokens),
+        max_target_tokens=min(data.max_target_tokens, limit or data.max_target_tokens),
         max_ratio=data.max_ratio or None,
     )
     kept, report = dataset.filter(length_filter)
@@ -143,20 +186,38 @@ class PreparedData:
 
 
 def prepare_data(
-    data: DataConfig, tokenizer_dir: Path, dist: DistributedContext, *, progress: bool = False
+    data: DataConfig,
+    tokenizer_dir: Path,
+    dist: DistributedContext,
+    *,
+    progress: bool = False,
+    max_positions: int = 0,
 ) -> PreparedData:
     """Read and encode the splits; rank 0 trains the tokenizer into ``tokenizer_dir`` on a
-    run's first start, and every rank loads it from there."""
-    train_pairs = read_split(data, data.train)
+    run's first start, and every rank loads it from there. Rank 0 checks the validation and
+    test files (exist, aligned, not empty) before training; with ``max_positions`` training
+    pairs longer than the model's position table are filtered and validation pairs cut."""
+    train_pairs = read_checked_split(data, "train")
     if dist.is_main:
+        if data.test:
+            read_checked_split(data, "test")
         prepare_tokenizer(data, train_pairs, tokenizer_dir)
     dist.barrier()
     tokenizers = TokenizerPair.load(tokenizer_dir)
-    train = encode_split(data, train_pairs, tokenizers, filter_lengths=True, progress=progress)
+    train = encode_split(
+        data,
+        train_pairs,
+        tokenizers,
+        filter_lengths=True,
+        progress=progress,
+        max_positions=max_positions,
+    )
     valid = None
     valid_pairs = read_valid_split(data) if dist.is_main else None
     if valid_pairs is not None:
         dataset = encode_split(data, valid_pairs, tokenizers, filter_lengths=False)
+        if max_positions:
+            dataset = fit_to_positions(dataset, max_positions, "data.valid")
         valid = ValidationSet(valid_pairs, dataset)
     return PreparedData(tokenizers, train, valid)
 
@@ -168,11 +229,13 @@ def encode_split(
     *,
     filter_lengths: bool,
     progress: bool = False,
+    max_positions: int = 0,
 ) -> ParallelDataset:
-    """Token ids for a split; training data is length-filtered (the report is logged)."""
+    """Token ids for a split; training data is length-filtered (``apply_length_filter``, the
+    report is logged)."""
     dataset = ParallelDataset.from_texts(pairs.source, pairs.target, tokenizers, progress=progress)
     if data.truncate_source:
         dataset = truncate_sources(dataset, data.truncate_source)
     if filter_lengths:
-        dataset = apply_length_filter(data, dataset)
+        dataset = apply_length_filter(data, dataset, max_positions)
     return dataset

@@ -19,6 +19,7 @@ from odet.training.checkpoint import (
     TrainerState,
     checkpoint_name,
     latest_checkpoint,
+    read_or_rebuild_index,
     remove_partial_writes,
     save_checkpoint,
 )
@@ -41,10 +42,11 @@ class RunCheckpoints:
 
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint that verifies, after rank 0 removed what interrupted writes
-        left behind; ``None`` for a new run."""
+        left behind and rebuilt a corrupt index; ``None`` for a new run."""
         if self.dist.is_main and self.root.is_dir():
             for path in remove_partial_writes(self.root):
                 logger.warning("removed %s, left by an interrupted checkpoint write", path.name)
+            read_or_rebuild_index(self.root)
         self.dist.barrier()
         checkpoint = latest_checkpoint(self.root)
         self.dist.barrier()

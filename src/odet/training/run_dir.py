@@ -1,13 +1,23 @@
-"""The run directory around the checkpoints: its guard, ``train.log`` and ``summary.json``."""
+"""The run directory around the checkpoints: its marker and guard (what a rerun may change),
+``train.log`` and ``summary.json``."""
 
 from __future__ import annotations
 
 import json
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from odet import __version__
 from odet.data import DataError
+from odet.io import write_bytes_atomic
+from odet.training.config import TrainConfig
+
+logger = logging.getLogger("odet.train")
 
 
 @dataclass(frozen=True)
@@ -25,18 +35,126 @@ class TrainResult:
     test: dict[str, float]
 
 
-def check_output_dir(out: Path) -> None:
-    """Refuse an ``output_dir`` that exists but is not (the start of) an odet run directory."""
+MARKER_NAME = ".odet-run"
+"""The file only odet writes that makes a directory a run directory (JSON: version, created)."""
+
+RESUME_SAFE_KEYS: frozenset[str] = frozenset(
+    {
+        "output_dir",
+        "train.max_updates",
+        "train.max_epochs",
+        "train.max_minutes",
+        "train.threads",
+        "train.log_every",
+        "train.progress",
+        "train.keep_last",
+        "train.patience",
+        "train.save_every_updates",
+    }
+)
+RESUME_SAFE_SECTIONS: tuple[str, ...] = ("generation.",)
+
+
+def is_resume_safe(key: str) -> bool:
+    """Whether the dotted config ``key`` may differ between a run's saved ``config.yaml`` and
+    the config it is resumed with.
+
+    This is the one rule: budgets, logging, threads, checkpoint retention, patience and the
+    ``generation`` section change what is done next, not the model, the optimizer or the
+    order of the data, so a resumed run stays the run it was. Every other key (``model.*``,
+    ``data.*``, ``optim.*``, ``seed``, ``train.max_tokens``, ``train.update_freq``, ...) must
+    be equal, or the rerun is refused.
+    """
+    return key in RESUME_SAFE_KEYS or key.startswith(RESUME_SAFE_SECTIONS)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _resolved(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the defaults filled in, as YAML would store it (raw when it no longer
+    loads, e.g. a key this version dropped)."""
+    try:
+        text = TrainConfig.from_dict(data).to_yaml()
+    except (ValueError, TypeError):
+        text = yaml.safe_dump(data)
+    return _flatten(yaml.safe_load(text))
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The dotted keys whose values differ, as ``(saved, current)`` (``None`` when absent)."""
+    old, new = _resolved(saved), _resolved(current)
+    return {k: (old.get(k), new.get(k)) for k in sorted(old | new) if old.get(k) != new.get(k)}
+
+
+def is_run_dir(out: Path) -> bool:
+    """Whether ``out`` is an odet run: the marker, or the layout of runs written before it."""
+    legacy = (out / "metrics.jsonl").is_file() and (out / "config.yaml").is_file()
+    return (out / MARKER_NAME).is_file() or (out / "checkpoints" / "index.json").is_file() or legacy
+
+
+def _saved_config(out: Path) -> dict[str, Any] | None:
+    path = out / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise DataError(f"{path} is corrupt; restore it or use a new output_dir") from None
+    if not isinstance(saved, dict):
+        raise DataError(f"{path} is not a training config; restore it or use a new output_dir")
+    return saved
+
+
+def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Refuse an ``output_dir`` that is a non-empty folder other than an odet run, or a run
+    whose saved config differs from ``config`` in keys ``is_resume_safe`` rejects; returns the
+    allowed changes. Nothing is written."""
     if not out.exists():
-        return
+        return {}
     if not out.is_dir():
         raise DataError(f"output_dir {out} exists and is not a directory")
-    is_run = (out / "config.yaml").is_file() or (out / "checkpoints").is_dir()
-    if any(out.iterdir()) and not is_run:
+    if not any(out.iterdir()):
+        return {}
+    if not is_run_dir(out):
         raise DataError(
-            f"output_dir {out} exists, is not empty and is not an odet run directory; "
-            "choose another output_dir (nothing was overwritten)"
+            f"output_dir {out} exists, is not empty and is not an odet run directory (no "
+            f"{MARKER_NAME}); choose another output_dir (nothing was overwritten)"
         )
+    saved = _saved_config(out)
+    changes = config_changes(saved, config) if saved is not None else {}
+    refused = {k: v for k, v in changes.items() if not is_resume_safe(k)}
+    if refused:
+        listed = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in refused.items())
+        raise DataError(
+            f"output_dir {out} is a run trained with a different config; these keys cannot "
+            f"change on resume: {listed}; use a new output_dir, or change only "
+            f"{', '.join(sorted(RESUME_SAFE_KEYS))} or generation.* (nothing was written)"
+        )
+    return changes
+
+
+def open_run_dir(out: Path, config: TrainConfig) -> logging.Handler:
+    """Check ``out`` (``check_output_dir``), create and mark it, save the config, attach
+    ``train.log`` and log the keys changed on resume; returns the log handler."""
+    changes = check_output_dir(out, config.to_dict())
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / MARKER_NAME
+    if not marker.is_file():
+        info = {"odet_version": __version__, "created": datetime.now(UTC).isoformat()}
+        write_bytes_atomic(marker, (json.dumps(info) + "\n").encode("utf-8"))
+    write_bytes_atomic(out / "config.yaml", config.to_yaml().encode("utf-8"))
+    handler = attach_log_file(out / "train.log")
+    for key, (old, new) in changes.items():
+        logger.info("resumed with %s changed from %r to %r (config.yaml updated)", key, old, new)
+    return handler
 
 
 def attach_log_file(path: Path) -> logging.Handler:

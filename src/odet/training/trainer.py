@@ -30,9 +30,8 @@ from odet.training.prepare import make_batcher, prepare_data, read_split
 from odet.training.resume import RunCheckpoints
 from odet.training.run_dir import (
     TrainResult,
-    attach_log_file,
-    check_output_dir,
     detach_log_file,
+    open_run_dir,
     write_summary,
 )
 from odet.training.signals import StopSignals
@@ -78,9 +77,7 @@ class Trainer:
         self._parallel: ParallelModel | None = None
         self._log_handler: logging.Handler | None = None
         if self.dist.is_main:
-            check_output_dir(self.out)
-            self.out.mkdir(parents=True, exist_ok=True)
-            self._log_handler = attach_log_file(self.out / "train.log")
+            self._log_handler = open_run_dir(self.out, config)
         else:
             logging.getLogger("odet").setLevel(logging.WARNING)
         self.dist.barrier()
@@ -105,9 +102,10 @@ class Trainer:
         if c.train.threads:
             torch.set_num_threads(c.train.threads)
         torch.manual_seed(c.seed)  # the same initial weights on every rank
-        if self.dist.is_main:
-            (self.out / "config.yaml").write_text(c.to_yaml(), encoding="utf-8")
-        data = prepare_data(c.data, self.out / "tokenizer", self.dist, progress=self.progress)
+        limit = c.model_config(max(64, c.data.vocab_size)).max_positions
+        data = prepare_data(
+            c.data, self.out / "tokenizer", self.dist, progress=self.progress, max_positions=limit
+        )
         self.tokenizers, self.train_set, self.valid = data.tokenizers, data.train, data.valid
         self.batcher = make_batcher(
             self.train_set,

@@ -1,0 +1,119 @@
+"""The run directory: recognised by odet's marker, resumed only with the config it was
+trained with (but for the keys ``is_resume_safe`` allows)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from odet import __version__
+from odet.cli import main
+from odet.training import TrainConfig, train
+from odet.training.run_dir import MARKER_NAME, check_output_dir, is_resume_safe
+from tests.training.conftest import tiny_config, write_config
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(directory)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+@pytest.fixture(scope="module")
+def trained(copy_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("trained") / "run"
+    train(TrainConfig.from_dict(tiny_config(copy_data, run, train={"max_updates": 2})))
+    return run
+
+
+@pytest.fixture
+def run(trained: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _rerun(copy_data: Path, run: Path, tmp_path: Path, **sections) -> int:
+    config = tiny_config(copy_data, run, **sections)
+    return main(["train", str(write_config(tmp_path / "rerun.yaml", config)), "--no-progress"])
+
+
+def test_a_new_run_gets_the_marker(trained: Path) -> None:
+    marker = json.loads((trained / MARKER_NAME).read_text())
+    assert marker["odet_version"] == __version__ and marker["created"]
+
+
+def test_a_users_folder_with_a_config_yaml_is_refused_before_anything_is_written(
+    copy_data: Path, tmp_path: Path, capsys
+) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("my: notes\n")
+    (folder / "thesis.tex").write_text("precious")
+    before = _snapshot(folder)
+    assert _rerun(copy_data, folder, tmp_path) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an odet run directory" in err[0] and MARKER_NAME in err[0]
+    assert _snapshot(folder) == before
+
+
+def test_a_change_of_model_data_or_seed_on_resume_is_refused_naming_the_keys(
+    copy_data: Path, run: Path, tmp_path: Path, capsys
+) -> None:
+    before = _snapshot(run)
+    code = _rerun(
+        copy_data,
+        run,
+        tmp_path,
+        model={"d_model": 64},
+        seed=4,
+        train={"max_updates": 2, "max_tokens": 500},
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("odet: error: ")
+    for key in ("model.d_model (32 -> 64)", "seed (3 -> 4)", "train.max_tokens (600 -> 500)"):
+        assert key in err[0]
+    assert "train.max_updates" not in err[0].split("cannot change on resume:")[1].split(";")[0]
+    assert _snapshot(run) == before
+
+
+def test_safe_changes_resume_are_logged_and_saved(
+    copy_data: Path, run: Path, tmp_path: Path
+) -> None:
+    assert _rerun(copy_data, run, tmp_path, train={"max_updates": 3, "log_every": 2}) == 0
+    log = (run / "train.log").read_text()
+    assert "train.max_updates changed from 2 to 3" in log
+    assert "train.log_every changed from 1 to 2" in log
+    assert "resumed from step_0000002" in log
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["train"]["max_updates"] == 3 and saved["train"]["log_every"] == 2
+
+
+def test_a_run_written_before_the_marker_resumes_and_gets_it(
+    copy_data: Path, run: Path, tmp_path: Path
+) -> None:
+    (run / MARKER_NAME).unlink()
+    assert _rerun(copy_data, run, tmp_path, train={"max_updates": 3}) == 0
+    assert (run / MARKER_NAME).is_file()
+    assert "resumed from step_0000002" in (run / "train.log").read_text()
+
+
+def test_the_legacy_layout_without_checkpoints_counts_as_a_run(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text("")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"seed": 1}))
+    assert check_output_dir(tmp_path, {"seed": 1}) == {}
+
+
+def test_the_resume_rule() -> None:
+    safe = ["train.max_updates", "train.max_epochs", "train.max_minutes", "train.threads"]
+    safe += ["train.keep_last", "train.patience", "generation.beam_size", "output_dir"]
+    unsafe = ["model.d_model", "data.vocab_size", "data.train", "seed", "optim.lr"]
+    unsafe += ["train.max_tokens", "train.update_freq", "train.max_sentences", "train.precision"]
+    assert all(is_resume_safe(k) for k in safe)
+    assert not any(is_resume_safe(k) for k in unsafe)
