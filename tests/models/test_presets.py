@@ -71,3 +71,17 @@ def test_an_unknown_preset_names_the_nearest_one():
         Seq2SeqConfig.from_dict(
             {"vocab_size": 64, "preset": "ode_relative_transformer_t2t_wmt_en_de_bigg"}
         )
+
+
+def test_the_paper_model_keeps_the_residual_in_its_rk_encoder_layer_but_not_in_its_decoder():
+    from odet.nn import DecoderField, EncoderField
+
+    model = Seq2Seq(
+        Seq2SeqConfig.from_dict(
+            {"vocab_size": 64, "preset": "ode_transformer_t2t_wmt_en_de", "d_model": 16,
+             "num_heads": 2, "ffn_dim": 32}
+        )
+    )  # fmt: skip
+    encoder = {m.output.convention for m in model.modules() if isinstance(m, EncoderField)}
+    decoder = {m.output.convention for m in model.modules() if isinstance(m, DecoderField)}
+    assert (encoder, decoder) == ({"layer"}, {"textbook"})

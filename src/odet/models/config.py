@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from odet.blocks import (
@@ -124,6 +124,9 @@ class Seq2SeqConfig:
     """Solver and field of the ``"continuous"`` encoder (ignored by discrete encoders)."""
     field_convention: FieldConvention = "textbook"
     """``"textbook"`` ``F = Layer − id`` or the paper code's ``"layer"`` (discrete stacks)."""
+    decoder_field_convention: FieldConvention | None = None
+    """The decoder's convention, if not ``field_convention`` (the paper's model: ``"layer"``
+    in its RK encoder, an ordinary residual decoder, i.e. ``"textbook"``)."""
     stage_norm: bool = False
     """Layer-normalise every stage's output (discrete stacks; needed by ``"layer"``)."""
     dropout: float = 0.1
@@ -257,8 +260,15 @@ class Seq2SeqConfig:
         return self.coefficients if self.decoder_coefficients is None else self.decoder_coefficients
 
     @property
+    def decoder_field_spec(self) -> FieldSpec:
+        """What the decoder's fields are built from: ``field_spec`` with the decoder's
+        convention."""
+        convention = self.decoder_field_convention or self.field_convention
+        return replace(self.field_spec, convention=convention)
+
+    @property
     def field_spec(self) -> FieldSpec:
-        """What the encoder and decoder fields are built from."""
+        """What the encoder's fields are built from (the decoder's: ``decoder_field_spec``)."""
         same = ("dropout", "attention_dropout", "activation_dropout", "activation", "stage_norm")
         return FieldSpec(
             self.d_model,

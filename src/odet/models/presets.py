@@ -8,7 +8,8 @@ Read off ``fairseq/models/ode_transformer.py`` of ``libeineu/ODE-Transformer``:
   history (``learnable_dense``: DLCL, pre-norm) around the encoder and decoder, and an RK2
   encoder (``enc_calculate_num = 2``) whose one gate ``sigmoid(W [k1; k2] + b)`` is shared by
   all blocks (``rk_type = learnable``); its layer keeps its own residual (``F(z) = Layer(z)``,
-  the ``"layer"`` field convention); the decoder takes one evaluation per layer (Euler);
+  the ``"layer"`` field convention); the decoder takes one evaluation per layer, an ordinary
+  pre-norm residual step (Euler with the ``"textbook"`` convention);
 - ``relative`` adds Shaw et al.'s relative keys, clipped at 8, to every self-attention, with
   the absolute sinusoids kept (``positions: both``);
 - ``big`` is 1024 wide, 16 heads, FFN 4096, dropout 0.3.
@@ -32,6 +33,7 @@ _T2T: dict[str, Any] = {
     "coefficients": "gated",
     "share_gate": True,
     "field_convention": "layer",
+    "decoder_field_convention": "textbook",
     "encoder_history": "dlcl",
     "decoder_history": "dlcl",
     "dropout": 0.1,

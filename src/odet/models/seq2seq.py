@@ -93,7 +93,7 @@ class Seq2Seq(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
         self.decoder = build_stack(
             c.decoder_method,
-            lambda: DecoderField(**asdict(spec)),
+            lambda: DecoderField(**asdict(c.decoder_field_spec)),
             c.decoder_layers,
             **asdict(c.stack_options(c.decoder_scheme, c.decoder_history)),
         )
