@@ -169,8 +169,9 @@ def configuration_reference() -> str:
     ]
     for name, cls, about in LM_SECTIONS:
         skip = ("vocab_size",) if cls is CausalLMConfig else ()
-        lines += ["", f"## `{name}` (`task: lm`)", "", about, "", "| key | type | default | meaning |"]
-        lines += ["|---|---|---|---|", *_rows(cls, f"{name}.", skip)]
+        lines += ["", f"## `{name}` (`task: lm`)", "", about, ""]
+        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        lines += _rows(cls, f"{name}.", skip)
     return "\n".join(lines) + "\n"
 
 
