@@ -207,3 +207,11 @@ def test_config_show_fills_in_the_causal_lm_defaults(tmp_path, capsys):
         original.optim,
         original.train,
     )
+
+
+def test_bf16_training_runs_and_evaluates_in_fp32(tmp_path):
+    sections = {"train": {"max_updates": 6, "eval_interval": 0, "precision": "bf16"}}
+    result = train_lm(LMTrainConfig.from_dict(_config(tmp_path, **sections)), progress=False)
+    losses = [r["loss"] for r in _records(tmp_path / "run", "train")]
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses)
+    assert math.isfinite(result.valid_loss) and result.valid_tokens == len(TEXT) // 10 - 1
