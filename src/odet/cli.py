@@ -21,13 +21,23 @@ EXIT_TRAINING_FAILED = 1
 
 # ---------------------------------------------------------------------------- commands
 def cmd_train(args: argparse.Namespace) -> int:
-    from odet.training import load_train_config, train
+    from odet.training import train
+    from odet.training.lm_config import LMTrainConfig, load_any_config
 
     overrides = list(args.set or [])
     if args.output_dir:
         overrides.append(f"output_dir={args.output_dir}")
-    config = load_train_config(args.config, overrides)
-    result = train(config, progress=False if args.no_progress else None)
+    config = load_any_config(args.config, overrides)
+    progress = False if args.no_progress else None
+    if isinstance(config, LMTrainConfig):
+        from odet.training.lm import train_lm
+
+        lm = train_lm(config, progress=progress)
+        print(f"trained {lm.steps} updates ({lm.elapsed_seconds:.0f}s)")
+        print(f"valid loss: {lm.valid_loss:.4f} nats per token ({lm.valid_tokens} tokens)")
+        print(f"run directory: {lm.output_dir}")
+        return 0
+    result = train(config, progress=progress)
     print(f"trained {result.steps} updates ({result.epochs} epochs, {result.elapsed_seconds:.0f}s)")
     if result.best_metric is not None:
         print(
@@ -128,6 +138,32 @@ def _read_input(path: str | None) -> tuple[list[str], int]:
             lines.append(line.decode("utf-8", errors="replace"))
             invalid += 1
     return lines, invalid
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    import torch
+
+    from odet.training.lm import load_lm
+
+    model, vocab = load_lm(args.checkpoint, args.which)
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    ids = vocab.encode(prompt) or vocab.encode("\n" if "\n" in vocab.chars else vocab.chars[0])
+    prompt_ids = torch.tensor([ids] * args.num_samples, dtype=torch.long)
+    model.eval()
+    out = model.generate(
+        prompt_ids,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    for i, row in enumerate(out.tolist()):
+        if i:
+            print("\n" + "-" * 40)
+        print(vocab.decode(row[len(ids) :]) if not prompt else vocab.decode(row), end="")
+    print()
+    return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -284,6 +320,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "generate": cmd_generate,
+    "sample": cmd_sample,
     "evaluate": cmd_evaluate,
     "average": cmd_average,
     "data": cmd_data,
@@ -347,6 +384,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="bf16: a bf16 copy of the model, 1.4-2.6x faster where the CPU has bf16 units",
     )
     p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("sample", help="sample text from a trained language model")
+    p.add_argument("checkpoint", help="a language-model checkpoint or run directory")
+    p.add_argument("--prompt", help="the text to continue (default: stdin; empty: none)")
+    p.add_argument("--max-new-tokens", type=int, default=500, help="characters to sample")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampling (reproducible)")
+    p.add_argument("--num-samples", type=int, default=1, help="independent samples")
+    p.add_argument(
+        "--which", choices=["best", "last"], default="last", help="checkpoint of a run directory"
+    )
 
     p = sub.add_parser("evaluate", help="score hypotheses against references")
     p.add_argument("--metric", choices=["bleu", "chrf", "rouge", "gleu", "m2"], default="bleu")

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from odet.config import describe_type
-from odet.models import Seq2SeqConfig
+from odet.models import CausalLMConfig, Seq2SeqConfig
 from odet.training.config import _FROM_TOKENIZER, DataConfig, LoopConfig, OptimConfig, TrainConfig
+from odet.training.lm_config import LMDataConfig, LMLoopConfig, LMOptimConfig, LMTrainConfig
 
 SECTIONS: tuple[tuple[str, type, str], ...] = (
     ("data", DataConfig, "Where the data is and how it becomes token ids."),
@@ -31,6 +32,16 @@ SECTIONS: tuple[tuple[str, type, str], ...] = (
     ),
     ("optim", OptimConfig, "The optimiser, the learning-rate schedule and the loss."),
     ("train", LoopConfig, "The training loop: batches, stopping, precision, checkpoints."),
+)
+LM_SECTIONS: tuple[tuple[str, type, str], ...] = (
+    ("data", LMDataConfig, "One text file, its split, vocabulary and windows."),
+    (
+        "model",
+        CausalLMConfig,
+        "The model (`CausalLMConfig`); `vocab_size` comes from the vocabulary.",
+    ),
+    ("optim", LMOptimConfig, "AdamW, warmup and cosine decay, clipping."),
+    ("train", LMLoopConfig, "The training loop: length, estimates, precision, checkpoints."),
 )
 
 
@@ -124,7 +135,6 @@ def _rows(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> Iterator[str]:
 def configuration_reference() -> str:
     """The Markdown of ``docs/configuration.md``."""
     top = TrainConfig
-    docs = field_docs(top)
     lines = [
         "# Configuration reference",
         "",
@@ -138,17 +148,42 @@ def configuration_reference() -> str:
         "| key | type | default | meaning |",
         "|---|---|---|---|",
     ]
-    for f in dataclasses.fields(top):
-        tp = typing.get_type_hints(top)[f.name]
-        if dataclasses.is_dataclass(tp) or f.name == "model":
-            continue
-        lines.append(f"| `{f.name}` | {_type_cell(tp)} | {_default(f)} | {docs.get(f.name, '')} |")
+    lines += _top_rows(top)
     generation = typing.get_type_hints(top)["generation"]
     for name, cls, about in (*SECTIONS, ("generation", generation, "Decoding settings.")):
         skip = _FROM_TOKENIZER if cls is Seq2SeqConfig else ()
         lines += ["", f"## `{name}`", "", about, "", "| key | type | default | meaning |"]
         lines += ["|---|---|---|---|", *_rows(cls, f"{name}.", skip)]
+    lines += [
+        "",
+        "# Language models (`task: lm`)",
+        "",
+        "A config with `task: lm` trains a `CausalLM` on one text (`odet.training.lm`); its "
+        "sections are these.",
+        "",
+        "## Top level (`task: lm`)",
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+        *_top_rows(LMTrainConfig),
+    ]
+    for name, cls, about in LM_SECTIONS:
+        skip = ("vocab_size",) if cls is CausalLMConfig else ()
+        lines += ["", f"## `{name}` (`task: lm`)", "", about, ""]
+        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        lines += _rows(cls, f"{name}.", skip)
     return "\n".join(lines) + "\n"
+
+
+def _top_rows(top: type) -> list[str]:
+    docs = field_docs(top)
+    rows = []
+    for f in dataclasses.fields(top):
+        tp = typing.get_type_hints(top)[f.name]
+        if dataclasses.is_dataclass(tp) or f.name == "model":
+            continue
+        rows.append(f"| `{f.name}` | {_type_cell(tp)} | {_default(f)} | {docs.get(f.name, '')} |")
+    return rows
 
 
 def undocumented() -> list[str]:
@@ -162,10 +197,14 @@ def resolved_config_yaml(path: str, overrides: list[str] | None = None) -> str:
     ``model`` section as the full ``Seq2SeqConfig`` (less what the tokenizer sets)."""
     import yaml
 
-    from odet.training.config import load_train_config
+    from odet.training.lm_config import load_any_config
 
-    config = load_train_config(path, overrides)
+    config = load_any_config(path, overrides)
     data = config.to_dict()
+    if isinstance(config, LMTrainConfig):
+        model = config.model_config(vocab_size=1).to_dict()
+        data["model"] = {k: v for k, v in model.items() if k != "vocab_size"}
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     model = config.model_config(vocab_size=max(64, config.data.vocab_size)).to_dict()
     data["model"] = {k: v for k, v in model.items() if k not in _FROM_TOKENIZER}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

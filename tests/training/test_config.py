@@ -106,6 +106,14 @@ def test_every_shipped_config_loads_and_builds(path):
         for variant in config.variants:
             assert SequenceClassifier(config.classifier_config(variant)).training
         return
+    if load_yaml(path).get("task") == "lm":
+        from odet.models import CausalLM
+        from odet.training.lm_config import LMTrainConfig, load_any_config
+
+        lm = load_any_config(path)
+        assert isinstance(lm, LMTrainConfig)
+        assert CausalLM(lm.model_config(vocab_size=65)).num_parameters() > 0
+        return
     config = load_train_config(path)
     model = Seq2Seq(config.model_config(vocab_size=config.data.vocab_size))
     assert model.num_parameters() > 0

@@ -18,6 +18,8 @@ from odet.training.config import (
     apply_overrides,
     load_train_config,
 )
+from odet.training.lm import LMResult, LMTrainer, train_lm
+from odet.training.lm_config import LMTrainConfig, load_any_config
 from odet.training.loss import label_smoothed_loss
 from odet.training.schedule import (
     SCHEDULES,
@@ -31,6 +33,9 @@ __all__ = [
     "SCHEDULES",
     "Checkpoint",
     "DataConfig",
+    "LMResult",
+    "LMTrainConfig",
+    "LMTrainer",
     "LoopConfig",
     "OptimConfig",
     "TrainConfig",
@@ -43,11 +48,13 @@ __all__ = [
     "inverse_sqrt_schedule",
     "label_smoothed_loss",
     "latest_checkpoint",
+    "load_any_config",
     "load_checkpoint",
     "load_train_config",
     "make_schedule",
     "resolve_model_dir",
     "save_checkpoint",
     "train",
+    "train_lm",
     "verify_checkpoint",
 ]

@@ -29,12 +29,11 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from odet.data import TokenizerPair
 from odet.inference.checkpoint import (
     CHECKSUMS_NAME,
     CONFIG_NAME,
@@ -45,7 +44,7 @@ from odet.inference.checkpoint import (
     verify_checkpoint,
 )
 from odet.io import atomic_write, fsync_dir
-from odet.models import CheckpointError, Seq2Seq
+from odet.models import CheckpointError
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +72,19 @@ __all__ = [
 STATE_NAME = "trainer_state.json"
 OPTIMIZER_NAME = "optimizer.pt"
 RNG_NAME = "rng.safetensors"
+
+
+class PretrainedModel(Protocol):
+    """A model a checkpoint can hold: ``Seq2Seq`` or ``CausalLM``."""
+
+    def save_pretrained(self, path: str | Path) -> Path: ...
+
+
+class VocabularyFiles(Protocol):
+    """What turns text into ids, written into a checkpoint directory: a ``TokenizerPair`` or a
+    language model's vocabulary."""
+
+    def save(self, directory: str | os.PathLike[str]) -> Any: ...
 
 
 @dataclass
@@ -109,8 +121,8 @@ def checkpoint_name(step: int) -> str:
 def save_checkpoint(
     root: Path,
     *,
-    model: Seq2Seq,
-    tokenizers: TokenizerPair,
+    model: PretrainedModel,
+    tokenizers: VocabularyFiles,
     config_yaml: str,
     optimizer_state: dict[str, Any],
     scheduler: torch.optim.lr_scheduler.LRScheduler,

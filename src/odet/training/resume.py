@@ -6,17 +6,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from odet.data import TokenBudgetBatcher, TokenizerPair
-from odet.models import Seq2Seq
 from odet.training.checkpoint import (
     Checkpoint,
+    PretrainedModel,
     TrainerState,
+    VocabularyFiles,
     checkpoint_name,
     latest_checkpoint,
     read_or_rebuild_index,
@@ -29,13 +29,19 @@ from odet.training.parallel import ParallelModel
 logger = logging.getLogger("odet.train")
 
 
+class DataPosition(Protocol):
+    """Where a run is in its data (a batcher's ``state_dict``)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 @dataclass(frozen=True)
 class RunCheckpoints:
     """The ``checkpoints/`` directory of one run."""
 
     root: Path
     dist: DistributedContext
-    tokenizers: TokenizerPair
+    tokenizers: VocabularyFiles
     config_yaml: str
     """The resolved training config, saved in every checkpoint."""
     keep_last: int
@@ -59,7 +65,7 @@ class RunCheckpoints:
         parallel: ParallelModel,
         optimizer: Optimizer,
         scheduler: LRScheduler,
-        batcher: TokenBudgetBatcher,
+        batcher: DataPosition | None = None,
     ) -> TrainerState:
         """Optimizer, schedule, RNG (one process: ranks draw their own) and data position of
         ``checkpoint``; returns its counters. The weights must be loaded before wrapping."""
@@ -67,7 +73,8 @@ class RunCheckpoints:
         scheduler.load_state_dict(checkpoint.scheduler)
         if not self.dist.enabled:
             torch.set_rng_state(checkpoint.rng)
-        batcher.load_state_dict(checkpoint.state.batcher)
+        if batcher is not None:  # None: the position follows from the step
+            batcher.load_state_dict(checkpoint.state.batcher)
         logger.info(
             "resumed from %s (update %d, epoch %d)",
             checkpoint.path.name,
@@ -80,7 +87,7 @@ class RunCheckpoints:
         self,
         state: TrainerState,
         *,
-        model: Seq2Seq,
+        model: PretrainedModel,
         optimizer_state: dict[str, Any],
         scheduler: LRScheduler,
         is_best: bool,

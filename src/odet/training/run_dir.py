@@ -15,7 +15,7 @@ import yaml
 from odet import __version__
 from odet.data import DataError
 from odet.io import write_bytes_atomic
-from odet.training.config import TrainConfig
+from odet.training.lm_config import AnyTrainConfig, config_from_dict
 
 logger = logging.getLogger("odet.train")
 
@@ -82,7 +82,7 @@ def _resolved(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the defaults filled in, as YAML would store it (raw when it no longer
     loads, e.g. a key this version dropped)."""
     try:
-        text = TrainConfig.from_dict(data).to_yaml()
+        text = config_from_dict(data).to_yaml()
     except (ValueError, TypeError):
         text = yaml.safe_dump(data)
     return _flatten(yaml.safe_load(text))
@@ -141,7 +141,7 @@ def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, 
     return changes
 
 
-def open_run_dir(out: Path, config: TrainConfig) -> logging.Handler:
+def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
     """Check ``out`` (``check_output_dir``), create and mark it, save the config, attach
     ``train.log`` and log the keys changed on resume; returns the log handler."""
     changes = check_output_dir(out, config.to_dict())
