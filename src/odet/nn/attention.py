@@ -218,8 +218,14 @@ class CrossAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def project_memory(self, memory: Tensor) -> KVCache:
-        """Keys and values of the memory ``(B, S, D)``, computed once and reused."""
+        """Keys and values of the memory ``(B, S, D)``, computed once and reused.
+
+        Without gradients (generation) they are stored contiguous, so the attention matmuls of
+        every decoding step read them without copying them again.
+        """
         k, v = (_split_heads(t, self.num_heads) for t in self.kv_proj(memory).chunk(2, dim=-1))
+        if not torch.is_grad_enabled():
+            k, v = k.contiguous(), v.contiguous()
         return KVCache(k, v)
 
     def forward(
