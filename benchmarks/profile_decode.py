@@ -67,7 +67,7 @@ _METHOD_SCOPES: tuple[tuple[Any, str, str], ...] = (
     (Seq2SeqDecoder, "reorder", "reorder (KV caches)"),
     (strategies.BeamSearch, "select", "search.select"),
     (strategies.Greedy, "select", "search.select"),
-    (generation_loop, "_mask", "loop._mask (EOS/length)"),
+    (generation_loop, "_mask_", "loop._mask (EOS/length)"),
 )
 LOOP_SCOPES = ("generate", "search.select", "loop._mask (EOS/length)", "reorder (KV caches)")
 """Scopes of the loop outside the model (``generate``: the loop's own code)."""

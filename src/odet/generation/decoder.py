@@ -22,7 +22,8 @@ class IncrementalDecoder(Protocol):
         """Log-probabilities ``(N, V)`` of the next token after each row of ``prefix``.
 
         ``prefix`` is ``(N, t)`` ``torch.long``, the tokens so far starting with BOS. The result
-        is already log-softmaxed (float32 or float64). A cached decoder reads only
+        is already log-softmaxed (float32 or float64) and a new tensor: the loop masks it in
+        place, so a decoder must not keep or reuse it. A cached decoder reads only
         ``prefix[:, -1]`` and its state; an uncached one recomputes from the whole prefix; both
         must return the same values.
         """

@@ -135,7 +135,7 @@ def generate(
         if scores is None or token_lp is None:
             scores = log_probs.new_zeros(len(active), 1)
             token_lp = log_probs.new_zeros(N, 0)
-        log_probs = _mask(
+        log_probs = _mask_(
             log_probs,
             banned=never + [eos_id] * (length < min_len),
             force=eos_id if length == max_len else None,
@@ -231,12 +231,13 @@ def _groups_per_source(active: list[int], keep: list[int], per_sentence: int) ->
     return sizes.pop() if len(sizes) == 1 else 1
 
 
-def _mask(log_probs: Tensor, banned: list[int], force: int | None) -> Tensor:
-    """Copy of ``(N, V)`` log-probs with ``banned`` tokens (or all but ``force``) set to -inf."""
+def _mask_(log_probs: Tensor, banned: list[int], force: int | None) -> Tensor:
+    """Set ``banned`` tokens (or all but ``force``) of the ``(N, V)`` log-probs to -inf, in
+    place (the loop owns what ``decoder.step`` returns); returns ``log_probs``."""
     if force is not None:
-        forced = torch.full_like(log_probs, -math.inf)
-        forced[:, force] = log_probs[:, force]
-        return forced
-    out = log_probs.clone()
-    out[:, banned] = -math.inf
-    return out
+        kept = log_probs[:, force].clone()
+        log_probs.fill_(-math.inf)
+        log_probs[:, force] = kept
+        return log_probs
+    log_probs[:, banned] = -math.inf
+    return log_probs

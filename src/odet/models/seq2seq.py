@@ -343,9 +343,8 @@ class Seq2SeqDecoder:
                     f"{prefix.shape[1]}; each step must add exactly one token"
                 )
             logits = self.model.decode(prefix[:, -1:], state=self.state)[:, -1]
-        if logits.dtype in (torch.float16, torch.bfloat16):
-            logits = logits.float()
-        return F.log_softmax(logits, dim=-1)
+        dtype = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else None
+        return F.log_softmax(logits, dim=-1, dtype=dtype)
 
     def reorder(self, index: Tensor, rows_per_source: int) -> None:
         if self.state is None:

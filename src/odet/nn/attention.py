@@ -25,7 +25,8 @@ class KVCache:
 
     Under ``torch.no_grad`` (generation) appends write into preallocated buffers whose length
     doubles when full, so a step copies only the new position instead of the whole cache
-    (``torch.cat``); ``key``/``value`` are then views of the filled part. With gradients enabled
+    (``torch.cat``); ``key``/``value`` are then views of the filled part. ``reorder`` gathers into
+    buffers with room for exactly one more position (the next step's). With gradients enabled
     appends concatenate, so autograd sees ordinary out-of-place ops; ``preallocate=False``
     concatenates always. ``queries_per_row`` > 1 marks a memory cache whose row i serves batch
     rows ``i·q … i·q + q − 1`` (the beams of one sentence; ``DecoderState.reorder``).
@@ -74,7 +75,7 @@ class KVCache:
         if self.key is None or self.value is None:
             return
         if self._key_buffer is not None and self._value_buffer is not None:
-            n = self.length  # copy the filled positions only, into buffers of the same capacity
+            n = self.length
             self._key_buffer = _gather_rows(self._key_buffer, index, n)
             self._value_buffer = _gather_rows(self._value_buffer, index, n)
             self.key = self._key_buffer[:, :, :n]
@@ -85,8 +86,15 @@ class KVCache:
 
 
 def _gather_rows(buffer: Tensor, index: Tensor, filled: int) -> Tensor:
-    """A buffer of ``buffer``'s capacity whose first ``filled`` positions are rows ``index``."""
-    out = buffer.new_empty(index.shape[0], *buffer.shape[1:])
+    """A buffer whose first ``filled`` positions are rows ``index`` of ``buffer``, with room for
+    one more.
+
+    Beam search reorders before every step, so the next append fills the buffer exactly and
+    ``key``/``value`` are whole contiguous tensors, which the attention matmuls read without the
+    copy that a view of a larger buffer costs them in bfloat16.
+    """
+    _, h, _, d = buffer.shape
+    out = buffer.new_empty(index.shape[0], h, filled + 1, d)
     torch.index_select(buffer[:, :, :filled], 0, index, out=out[:, :, :filled])
     return out
 
@@ -218,8 +226,14 @@ class CrossAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def project_memory(self, memory: Tensor) -> KVCache:
-        """Keys and values of the memory ``(B, S, D)``, computed once and reused."""
+        """Keys and values of the memory ``(B, S, D)``, computed once and reused.
+
+        Without gradients (generation) they are stored contiguous, so the attention matmuls of
+        every decoding step read them without copying them again.
+        """
         k, v = (_split_heads(t, self.num_heads) for t in self.kv_proj(memory).chunk(2, dim=-1))
+        if not torch.is_grad_enabled():
+            k, v = k.contiguous(), v.contiguous()
         return KVCache(k, v)
 
     def forward(
