@@ -331,3 +331,22 @@ def test_generate_truncates_over_long_lines_and_copes_with_unknown_characters(
     )
     assert len(out.read_text(encoding="utf-8").splitlines()) == 3
     assert "1 over-long line(s) truncated" in capsys.readouterr().err
+
+
+def test_every_flag_of_every_command_has_help_and_odet_data_knows_every_dataset():
+    import argparse
+
+    from odet.cli import DATA_CHOICES, build_parser
+    from odet.data import DATASETS
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [
+        f"{name} {action.dest}"
+        for name, command in sub.choices.items()
+        for action in command._actions
+        if not action.help and not isinstance(action, argparse._HelpAction)
+    ]
+    assert not missing
+    assert sorted(DATA_CHOICES) == sorted(["list", *DATASETS])
+    assert "(default: 5)" in sub.choices["average"].format_help()

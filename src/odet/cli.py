@@ -17,6 +17,11 @@ from pathlib import Path
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_TRAINING_FAILED = 1
+RUN = "(default: the run's generation section)"
+"""How ``odet generate``'s search flags default: to what the run was validated with."""
+DATA_CHOICES = ["list", "dialogsum", "jfleg", "multi30k", "tinyshakespeare"]
+"""``odet data NAME``: ``list`` and every dataset of ``odet.data.DATASETS`` (a test keeps them in
+step; the parser does not import the data package)."""
 
 
 # ---------------------------------------------------------------------------- commands
@@ -334,6 +339,23 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 # ---------------------------------------------------------------------------- arguments
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """``--help`` lines end with the flag's default, where it has one worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = action.default
+        if (
+            text is None
+            or "%(default)" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or (isinstance(default, list | tuple) and not default)
+            or action.option_strings == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="odet", description="ODE Transformers: train, generate, evaluate."
@@ -366,32 +388,62 @@ def build_parser() -> argparse.ArgumentParser:
         default="best",
         help="which checkpoint of a run directory",
     )
-    p.add_argument("--strategy", choices=["beam", "greedy", "sample"])
-    p.add_argument("--beam", type=int, help="beam size")
-    p.add_argument("--lenpen", type=float, help="length penalty")
-    p.add_argument("--max-len-a", type=float, help="max length = a · source length + b")
-    p.add_argument("--max-len-b", type=int)
-    p.add_argument("--min-len", type=int)
-    p.add_argument("--no-repeat-ngram-size", type=int)
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--batch-tokens", type=int)
+    p.add_argument(
+        "--strategy",
+        choices=["beam", "greedy", "sample"],
+        help=f"search strategy {RUN}",
+    )
+    p.add_argument("--beam", type=int, help=f"beam size {RUN}")
+    p.add_argument("--lenpen", type=float, help=f"length penalty {RUN}")
+    p.add_argument("--max-len-a", type=float, help=f"max length = a · source length + b {RUN}")
+    p.add_argument("--max-len-b", type=int, help=f"see --max-len-a {RUN}")
+    p.add_argument(
+        "--min-len",
+        type=int,
+        help=f"fewest tokens before EOS {RUN}",
+    )
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        help=f"ban repeated n-grams of this size {RUN}",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        help=f"sample: softmax temperature {RUN}",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        help=f"sample: keep the k best tokens {RUN}",
+    )
+    p.add_argument(
+        "--top-p",
+        type=float,
+        help=f"sample: keep the smallest set of mass p {RUN}",
+    )
+    p.add_argument("--seed", type=int, help=f"sample: random seed {RUN}")
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        help=f"source tokens per batch {RUN}",
+    )
     p.add_argument(
         "--precision",
         choices=["fp32", "bf16"],
         help="bf16: a bf16 copy of the model, 1.4-2.6x faster where the CPU has bf16 units",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("sample", help="sample text from a trained language model")
     p.add_argument("checkpoint", help="a language-model checkpoint or run directory")
     p.add_argument("--prompt", help="the text to continue (default: stdin; empty: none)")
     p.add_argument("--max-new-tokens", type=int, default=500, help="characters to sample")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (> 0)")
+    p.add_argument("--top-k", type=int, default=None, help="keep only the k most likely tokens")
+    p.add_argument(
+        "--top-p", type=float, default=None, help="keep the smallest set of tokens of mass p"
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the sampling (reproducible)")
     p.add_argument("--num-samples", type=int, default=1, help="independent samples")
     p.add_argument(
@@ -399,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("evaluate", help="score hypotheses against references")
-    p.add_argument("--metric", choices=["bleu", "chrf", "rouge", "gleu", "m2"], default="bleu")
+    p.add_argument(
+        "--metric", choices=["bleu", "chrf", "rouge", "gleu", "m2"], default="bleu", help="metric"
+    )
     p.add_argument(
         "--hyp",
         required=True,
@@ -430,20 +484,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("average", help="average the weights of the last N checkpoints")
     p.add_argument("run", help="training run directory (or its checkpoints/ directory)")
-    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--last", type=int, default=5, help="average the newest N checkpoints")
     p.add_argument("--out", required=True, help="directory for the averaged model")
 
     p = sub.add_parser("data", help="download and verify a dataset ('list' to see them)")
-    p.add_argument("name", choices=["list", "multi30k", "jfleg", "dialogsum"])
+    p.add_argument("name", choices=DATA_CHOICES, help="a dataset, or list to see them")
     p.add_argument("--out", default="data", help="output directory")
     p.add_argument("--data-dir", help="copy from this local directory instead of downloading")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("demo", help="the end-to-end demo: Euler vs RK2 on a synthetic task")
     p.add_argument("--out", default="runs/demo", help="output directory")
-    p.add_argument("--task", default="translate", choices=["copy", "reverse", "sort", "translate"])
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--task",
+        default="translate",
+        choices=["copy", "reverse", "sort", "translate"],
+        help="the synthetic task",
+    )
+    p.add_argument("--epochs", type=int, default=10, help="epochs per model")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("experiment", help="train variants x seeds of a recipe; table + plots")
     p.add_argument("config", help="experiment config (YAML), e.g. configs/experiments/*.yaml")
@@ -459,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seeds", nargs="+", type=int, metavar="SEED", help="train only these seeds (default: all)"
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("analyze", help="per-block update sizes and learned coefficients")
     p.add_argument("runs", nargs="+", help="training run directories (compared in the plots)")
@@ -467,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sentences", type=int, default=64, help="validation sentences to use")
 
     p = sub.add_parser("prepare", help="task data: GEC pairs, M2 -> text, DialogSum lines, LEAD")
-    p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"])
+    p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"], help="what to prepare")
     p.add_argument("inputs", nargs="+", help="input file(s)")
     p.add_argument("--out", required=True, help="output directory, prefix or file")
     p.add_argument("--seed", type=int, default=1, help="gec: noise seed")
@@ -486,12 +545,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--annotator", type=int, help="m2: one annotator (default: all)")
     p.add_argument("--n", type=int, default=23, help="lead: how many words or turns")
-    p.add_argument("--unit", choices=["words", "turns"], default="words")
+    p.add_argument(
+        "--unit", choices=["words", "turns"], default="words", help="lead: count words or turns"
+    )
 
     p = sub.add_parser(
         "config", help="'show CONFIG': the resolved config with defaults; 'docs': the reference"
     )
-    p.add_argument("action", choices=["show", "docs"])
+    p.add_argument("action", choices=["show", "docs"], help="show a config, or write the reference")
     p.add_argument("config", nargs="?", help="show: a training config (YAML)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="show: an override")
     p.add_argument("--out", help="docs: write the Markdown reference to this file")
@@ -502,7 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for the tables and plots")
     p.add_argument("--seeds", type=int, nargs="+", help="train only these of the config's seeds")
     p.add_argument("--variants", nargs="+", help="train only these variants (default: all)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    for command in sub.choices.values():
+        command.formatter_class = _HelpWithDefaults
     return parser
 
 
