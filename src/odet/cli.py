@@ -38,11 +38,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         from odet.training.lm import train_lm
 
         lm = train_lm(config, progress=progress)
+        if lm.already_complete:
+            return _say_complete(lm.output_dir, lm.steps)
         print(f"trained {lm.steps} updates ({lm.elapsed_seconds:.0f}s)")
         print(f"valid loss: {lm.valid_loss:.4f} nats per token ({lm.valid_tokens} tokens)")
         print(f"run directory: {lm.output_dir}")
         return 0
     result = train(config, progress=progress)
+    if result.already_complete:
+        return _say_complete(result.output_dir, result.steps)
     print(f"trained {result.steps} updates ({result.epochs} epochs, {result.elapsed_seconds:.0f}s)")
     if result.best_metric is not None:
         print(
@@ -52,6 +56,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if result.test:
         print("test: " + ", ".join(f"{k} {v:.2f}" for k, v in result.test.items()))
     print(f"run directory: {result.output_dir}")
+    return 0
+
+
+def _say_complete(run: Path, steps: int) -> int:
+    print(f"{run} is already complete ({steps} updates; see its summary.json); nothing to do")
     return 0
 
 

@@ -93,6 +93,7 @@ class TrainerState:
 
     step: int = 0
     epoch: int = 0
+    """The epoch of the latest update (1-based; 0 before the first)."""
     batcher: dict[str, Any] = field(default_factory=dict)
     best_metric: float | None = None
     best_step: int | None = None
@@ -101,6 +102,8 @@ class TrainerState:
     target_tokens: int = 0
     skipped_updates: int = 0
     bad_in_a_row: int = 0
+    validated_step: int | None = None
+    """The update the latest end-of-epoch (or end-of-budget) validation ran at."""
 
 
 @dataclass

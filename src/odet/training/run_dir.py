@@ -27,14 +27,19 @@ class TrainResult:
     output_dir: Path
     steps: int
     epochs: int
+    """The epoch of the last update (1-based; a run stopped mid-epoch counts the partial one)."""
     elapsed_seconds: float
     best_metric: float | None
     best_checkpoint: Path | None
     last_checkpoint: Path
     valid: dict[str, float]
     test: dict[str, float]
+    already_complete: bool = False
+    """The run had finished before this call, which trained and wrote nothing."""
 
 
+SUMMARY_NAME = "summary.json"
+"""Written when a run finishes; a rerun of a finished run reads it and does nothing."""
 MARKER_NAME = ".odet-run"
 """The file only odet writes that makes a directory a run directory (JSON: version, created)."""
 
@@ -196,6 +201,33 @@ def write_summary(
         "parameter_digest": digests[0] if digests else None,
         "test": result.test,
     }
-    path = result.output_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path = result.output_dir / SUMMARY_NAME
+    write_bytes_atomic(path, (json.dumps(summary, indent=2) + "\n").encode("utf-8"))
     return path
+
+
+def read_summary(out: Path) -> dict[str, Any] | None:
+    """The ``summary.json`` of the run in ``out``; ``None`` when there is none or it does not
+    read as one (a run that has not finished)."""
+    try:
+        summary = json.loads((out / SUMMARY_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def result_from_summary(out: Path, summary: dict[str, Any]) -> TrainResult:
+    """The ``TrainResult`` of a finished run, read back from its ``summary.json``."""
+    best = summary.get("best_checkpoint")
+    return TrainResult(
+        out,
+        int(summary["steps"]),
+        int(summary.get("epochs", 0)),
+        float(summary.get("elapsed_seconds", 0.0)),
+        summary.get("best_metric"),
+        Path(best) if best else None,
+        Path(summary["last_checkpoint"]),
+        {},
+        dict(summary.get("test") or {}),
+        already_complete=True,
+    )
