@@ -67,7 +67,7 @@ def _say_complete(run: Path, steps: int) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from odet.inference import Translator, generation_defaults
+    from odet.inference import Translator, generation_defaults, resolve_model_dir
 
     flags = {
         "strategy": args.strategy,
@@ -84,11 +84,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "batch_tokens": args.batch_tokens,
         "precision": args.precision,
     }
-    defaults = generation_defaults(args.model, args.checkpoint)
+    model_dir = resolve_model_dir(args.model, args.checkpoint)  # once: it verifies checksums
+    defaults = generation_defaults(model_dir)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
     if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
         raise ValueError(f"--output {args.output} is the input file; refusing to overwrite it")
-    translator = Translator.from_checkpoint(args.model, args.checkpoint, config)
+    translator = Translator.from_checkpoint(model_dir, config=config)
     lines, invalid = _read_input(args.input)
     with _output(args.output) as tmp:
         progress = not args.no_progress and args.output is not None

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from odet.data import TokenizerPair
+from odet.inference.checkpoint import usable_index
 from odet.models import CheckpointError, Seq2Seq
-from odet.training.checkpoint import INDEX_NAME, read_index
+from odet.training.checkpoint import INDEX_NAME, verify_checkpoint
 
 
 def check_average_out(out: Path) -> None:
@@ -22,22 +23,32 @@ def check_average_out(out: Path) -> None:
         )
 
 
-def average_checkpoints(run: str | Path, last: int, out: str | Path) -> Path:
-    """Average the model weights of the ``last`` newest checkpoints of ``run`` into ``out``
-    (a model directory with the tokenizer, usable by ``odet generate``)."""
-    run = Path(run)
-    root = run / "checkpoints" if (run / "checkpoints" / INDEX_NAME).is_file() else run
-    if not (root / INDEX_NAME).is_file():
+def checkpoints_to_average(run: Path, last: int) -> list[Path]:
+    """The ``last`` newest checkpoints of ``run``, each verified (a corrupt index is replaced
+    by the checkpoints that verify, logged; a corrupt or missing checkpoint is an error)."""
+    root = run / "checkpoints" if (run / "checkpoints").is_dir() else run
+    if not (root / INDEX_NAME).is_file() and not any(root.glob("step_*")):
         raise CheckpointError(f"{run} is not a training run (no checkpoints/{INDEX_NAME})")
     if last < 1:
         raise ValueError(f"--last must be >= 1, got {last}")
-    entries = sorted(read_index(root)["checkpoints"], key=lambda e: e["step"])
+    entries = sorted(usable_index(root)["checkpoints"], key=lambda e: e["step"])
     if len(entries) < last:
         raise CheckpointError(
             f"{run} keeps {len(entries)} checkpoint(s), fewer than --last {last}; raise "
             "train.keep_last when training"
         )
     paths = [root / e["name"] for e in entries[-last:]]
+    for path in paths:
+        if not path.is_dir():
+            raise CheckpointError(f"{root / INDEX_NAME} lists {path.name}, which is missing")
+        verify_checkpoint(path)
+    return paths
+
+
+def average_checkpoints(run: str | Path, last: int, out: str | Path) -> Path:
+    """Average the model weights of the ``last`` newest checkpoints of ``run`` into ``out``
+    (a model directory with the tokenizer, usable by ``odet generate``)."""
+    paths = checkpoints_to_average(Path(run), last)
     check_average_out(Path(out))
     out = Path(out)
     model = Seq2Seq.from_pretrained(paths[0])
