@@ -98,16 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             tmp.write_text(text, encoding="utf-8")
-    report = translator.report
-    notes = []
-    if report.empty:
-        notes.append(f"{report.empty} empty line(s) gave empty outputs")
-    if report.truncated:
-        notes.append(
-            f"{report.truncated} over-long line(s) truncated to the model's "
-            f"{translator.model.config.max_positions} positions (lines "
-            f"{report.truncated_lines[:5]}{'…' if report.truncated > 5 else ''})"
-        )
+    notes = translator.report.notes()
     if invalid:
         notes.append(f"{invalid} line(s) with invalid UTF-8 (bad bytes replaced)")
     for note in notes:

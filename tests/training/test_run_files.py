@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from odet.cli import main
+from odet.data import TokenizerPair
 from odet.models import Seq2Seq
 from odet.training import TrainConfig, train
 from tests.training.conftest import tiny_config
@@ -124,3 +125,31 @@ def test_training_rebuilds_an_index_whose_entries_name_no_checkpoint(copy_data, 
     assert train(TrainConfig.from_dict(config)).epochs == 2
     assert "names no step_* checkpoint; rebuilt it from the 3 checkpoint(s)" in caplog.text
     assert _index(run)["last"] == _index(run)["checkpoints"][-1]["name"]
+
+
+def test_decoding_logs_the_sources_cut_to_the_position_table_by_their_line_numbers(
+    copy_data, tmp_path, caplog, capsys
+):
+    run = tmp_path / "short"
+    sections = {
+        "model": {"max_positions": 6},
+        "train": {"max_updates": 3, "valid_metric": "bleu"},
+        "data": {"test": ["test.src", "test.tgt"]},
+    }
+    with caplog.at_level("INFO", logger="odet"):
+        train(TrainConfig.from_dict(tiny_config(copy_data, run, **sections)))
+    tokenizer = TokenizerPair.load(run / "tokenizer").source
+    logged = caplog.text
+    for split in ("valid", "test"):
+        lines = (copy_data / f"{split}.src").read_text(encoding="utf-8").splitlines()
+        over = [i + 1 for i, s in enumerate(lines) if len(tokenizer.encode(s)) + 1 > 6]
+        assert over, split
+        note = f"{len(over)} over-long line(s) truncated to the model's 6 positions"
+        assert f"data.{split} (decoding): {note} (lines {over[:5]}" in logged
+
+    source = tmp_path / "input.txt"
+    source.write_text(f"\n{lines[over[0] - 1]}\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["generate", str(run), "-i", str(source), "-o", str(tmp_path / "o.txt")]) == 0
+    err = capsys.readouterr().err
+    assert "1 over-long line(s) truncated to the model's 6 positions (lines [2])" in err
