@@ -66,6 +66,7 @@ def test_a_run_stopped_at_an_epoch_end_reports_that_epoch_and_continues_from_it(
     assert {r["epoch"] for r in _records(run, "train") if r["step"] > epoch_length} == {2}
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == epoch_length + 6 and summary["epochs"] == 2
+    assert "learning rate decays" not in (run / "train.log").read_text()  # inverse_sqrt
 
 
 @pytest.mark.parametrize("budget", [{"max_epochs": 1}, {"max_updates": 20, "max_epochs": 3}])
@@ -174,3 +175,36 @@ def test_a_finished_language_model_run_is_left_alone_and_a_larger_budget_continu
     assert capsys.readouterr().out.strip().splitlines() == [
         f"{run} is already complete (30 updates; see its summary.json); nothing to do"
     ]
+
+
+def test_an_interrupted_test_decoding_is_redone_by_a_rerun_without_training_or_validating(
+    copy_data, tmp_path, monkeypatch
+):
+    run = tmp_path / "run"
+    config = TrainConfig.from_dict(tiny_config(copy_data, run, data=TEST))
+    test = Evaluator.test
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Evaluator, "test", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(config)
+    assert not (run / "summary.json").exists()
+    checkpoints = _tree(run / "checkpoints")
+    monkeypatch.setattr(Evaluator, "test", test)
+    result = train(config)
+    assert result.test and not result.already_complete
+    assert len(_records(run, "valid")) == 1 and len(_records(run, "test")) == 1
+    assert _tree(run / "checkpoints") == checkpoints  # nothing saved again
+    assert json.loads((run / "summary.json").read_text())["test"] == result.test
+
+
+def test_raising_max_updates_under_a_decaying_schedule_warns_that_the_rate_jumps(tmp_path, caplog):
+    data = lm_config(tmp_path, train={"max_updates": 20, "eval_interval": 0})
+    data["optim"]["decay_updates"] = 0  # the cosine ends at train.max_updates
+    train_lm(LMTrainConfig.from_dict(data), progress=False)
+    data["train"]["max_updates"] = 30
+    with caplog.at_level("WARNING", logger="odet"):
+        train_lm(LMTrainConfig.from_dict(data), progress=False)
+    assert "follows the curve of 30 updates instead of 20, so it jumps there" in caplog.text

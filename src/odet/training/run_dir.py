@@ -15,7 +15,7 @@ import yaml
 from odet import __version__
 from odet.data import DataError
 from odet.io import write_bytes_atomic
-from odet.training.lm_config import AnyTrainConfig, config_from_dict
+from odet.training.lm_config import AnyTrainConfig, LMTrainConfig, config_from_dict
 
 logger = logging.getLogger("odet.train")
 
@@ -159,7 +159,27 @@ def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
     handler = attach_log_file(out / "train.log")
     for key, (old, new) in changes.items():
         logger.info("resumed with %s changed from %r to %r (config.yaml updated)", key, old, new)
+    if "train.max_updates" in changes:
+        warn_if_the_schedule_stretches(config, *changes["train.max_updates"])
     return handler
+
+
+def warn_if_the_schedule_stretches(config: AnyTrainConfig, old: int, new: int) -> None:
+    """Warn when the learning-rate schedule decays over ``train.max_updates``, so changing it
+    on resume moves the rest of the decay (the rate jumps to the new curve)."""
+    if isinstance(config, LMTrainConfig):
+        follows = not config.optim.decay_updates
+    else:
+        follows = config.optim.schedule != "inverse_sqrt"
+    if follows:
+        logger.warning(
+            "the learning rate decays over train.max_updates: from the resumed update on it "
+            "follows the curve of %s updates instead of %s, so it jumps there (the run is not "
+            "the one a first start with %s would give)",
+            new,
+            old,
+            new,
+        )
 
 
 def attach_log_file(path: Path) -> logging.Handler:
