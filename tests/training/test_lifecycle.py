@@ -208,3 +208,44 @@ def test_raising_max_updates_under_a_decaying_schedule_warns_that_the_rate_jumps
     with caplog.at_level("WARNING", logger="odet"):
         train_lm(LMTrainConfig.from_dict(data), progress=False)
     assert "follows the curve of 30 updates instead of 20, so it jumps there" in caplog.text
+
+
+def test_a_best_checkpoint_that_no_longer_verifies_is_not_used_for_the_test_set(
+    copy_data, tmp_path, monkeypatch, caplog
+):
+    import odet.training.trainer as trainer_module
+
+    track_best, test = trainer_module.track_best, Evaluator.test
+    calls: list[int] = []
+
+    def first_epoch_best(state, metrics, loop):
+        calls.append(1)
+        if len(calls) == 1:
+            return track_best(state, metrics, loop)
+        state.bad_epochs += 1
+        return False
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer_module, "track_best", first_epoch_best)
+    monkeypatch.setattr(Evaluator, "test", interrupted)
+    run = tmp_path / "run"
+    config = TrainConfig.from_dict(
+        tiny_config(copy_data, run, train={"max_epochs": 2, "keep_last": 1}, data=TEST)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        train(config)
+    index = json.loads((run / "checkpoints" / "index.json").read_text())
+    assert index["best"] != index["last"]
+    weights = run / "checkpoints" / index["best"] / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x01
+    weights.write_bytes(bytes(data))
+
+    monkeypatch.setattr(Evaluator, "test", test)
+    with caplog.at_level("WARNING", logger="odet"):
+        result = train(config)
+    assert "the best checkpoint does not verify" in caplog.text
+    assert result.best_checkpoint is None and result.test
+    assert json.loads((run / "summary.json").read_text())["best_checkpoint"] is None

@@ -12,6 +12,7 @@ import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from odet.models import CheckpointError
 from odet.training.checkpoint import (
     Checkpoint,
     PretrainedModel,
@@ -22,6 +23,7 @@ from odet.training.checkpoint import (
     read_or_rebuild_index,
     remove_partial_writes,
     save_checkpoint,
+    verify_checkpoint,
 )
 from odet.training.config import LoopConfig
 from odet.training.distributed import DistributedContext
@@ -132,6 +134,24 @@ class RunCheckpoints:
         checkpoint = latest_checkpoint(self.root)
         self.dist.barrier()
         return checkpoint
+
+    def best(self) -> Path | None:
+        """The best checkpoint of the index when it verifies (rank 0 checks, every rank gets
+        the answer); one that does not is reported and ``None`` returned, so the final model
+        is used instead of a damaged one."""
+        name = None
+        if self.dist.is_main:
+            name = read_or_rebuild_index(self.root).get("best")
+            try:
+                if name is not None:
+                    verify_checkpoint(self.root / name)
+            except CheckpointError as err:
+                logger.warning(
+                    "the best checkpoint does not verify (%s); using the final model", err
+                )
+                name = None
+        name = self.dist.broadcast_object(name)
+        return self.root / str(name) if name is not None else None
 
     def restore(
         self,

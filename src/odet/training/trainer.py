@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from odet.models import Seq2Seq
-from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name, read_index
+from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name
 from odet.training.config import TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.metrics import MetricsLog, ThroughputWindow, plot_learning_curve
@@ -354,8 +354,7 @@ class Trainer:
         if len(set(digests)) > 1:
             raise RuntimeError(f"ranks ended with different parameters: {digests}")
         model = self.parallel.evaluation_model(self.device)
-        index = read_index(self.ckpt_root)
-        best = self.ckpt_root / index["best"] if index.get("best") else None
+        best = self.checkpoints.best()
         test: dict[str, float] = {}
         if self.dist.is_main and self.config.data.test:
             if best is not None:
