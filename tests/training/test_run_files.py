@@ -153,3 +153,28 @@ def test_decoding_logs_the_sources_cut_to_the_position_table_by_their_line_numbe
     assert main(["generate", str(run), "-i", str(source), "-o", str(tmp_path / "o.txt")]) == 0
     err = capsys.readouterr().err
     assert "1 over-long line(s) truncated to the model's 6 positions (lines [2])" in err
+
+
+def test_average_refuses_to_reach_past_the_kept_checkpoints_to_an_older_best(
+    copy_data, tmp_path, monkeypatch, capsys
+):
+    import odet.training.trainer as trainer_module
+
+    track_best, calls = trainer_module.track_best, []
+
+    def first_epoch_best(state, metrics, loop):
+        calls.append(1)
+        return track_best(state, metrics, loop) if len(calls) == 1 else False
+
+    monkeypatch.setattr(trainer_module, "track_best", first_epoch_best)
+    run = tmp_path / "run"
+    sections = {"max_epochs": 2, "save_every_updates": 10, "keep_last": 2}
+    train(TrainConfig.from_dict(tiny_config(copy_data, run, train=sections)))
+    index = _index(run)
+    names = [e["name"] for e in index["checkpoints"]]
+    assert len(names) == 3 and index["best"] == names[0]
+    assert main(["average", str(run), "--last", "3", "--out", str(tmp_path / "a3")]) == 2
+    err = capsys.readouterr().err
+    assert f"to its best one, {names[0]}" in err and "use --last 2 or less" in err
+    assert not (tmp_path / "a3").exists()
+    assert main(["average", str(run), "--last", "2", "--out", str(tmp_path / "a2")]) == 0
