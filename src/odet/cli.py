@@ -38,11 +38,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         from odet.training.lm import train_lm
 
         lm = train_lm(config, progress=progress)
+        if lm.already_complete:
+            return _say_complete(lm.output_dir, lm.steps)
         print(f"trained {lm.steps} updates ({lm.elapsed_seconds:.0f}s)")
         print(f"valid loss: {lm.valid_loss:.4f} nats per token ({lm.valid_tokens} tokens)")
         print(f"run directory: {lm.output_dir}")
         return 0
     result = train(config, progress=progress)
+    if result.already_complete:
+        return _say_complete(result.output_dir, result.steps)
     print(f"trained {result.steps} updates ({result.epochs} epochs, {result.elapsed_seconds:.0f}s)")
     if result.best_metric is not None:
         print(
@@ -55,10 +59,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_complete(run: Path, steps: int) -> int:
+    print(f"{run} is already complete ({steps} updates; see its summary.json); nothing to do")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from odet.inference import Translator, generation_defaults
+    from odet.inference import Translator, generation_defaults, resolve_model_dir
 
     flags = {
         "strategy": args.strategy,
@@ -75,11 +84,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "batch_tokens": args.batch_tokens,
         "precision": args.precision,
     }
-    defaults = generation_defaults(args.model, args.checkpoint)
+    model_dir = resolve_model_dir(args.model, args.checkpoint)  # once: it verifies checksums
+    defaults = generation_defaults(model_dir)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
     if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
         raise ValueError(f"--output {args.output} is the input file; refusing to overwrite it")
-    translator = Translator.from_checkpoint(args.model, args.checkpoint, config)
+    translator = Translator.from_checkpoint(model_dir, config=config)
     lines, invalid = _read_input(args.input)
     with _output(args.output) as tmp:
         progress = not args.no_progress and args.output is not None
@@ -88,16 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             tmp.write_text(text, encoding="utf-8")
-    report = translator.report
-    notes = []
-    if report.empty:
-        notes.append(f"{report.empty} empty line(s) gave empty outputs")
-    if report.truncated:
-        notes.append(
-            f"{report.truncated} over-long line(s) truncated to the model's "
-            f"{translator.model.config.max_positions} positions (lines "
-            f"{report.truncated_lines[:5]}{'…' if report.truncated > 5 else ''})"
-        )
+    notes = translator.report.notes()
     if invalid:
         notes.append(f"{invalid} line(s) with invalid UTF-8 (bad bytes replaced)")
     for note in notes:

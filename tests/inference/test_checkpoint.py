@@ -93,3 +93,39 @@ def test_training_checkpoint_reexports_the_reading_side():
     assert training.verify_checkpoint is checkpoint.verify_checkpoint
     assert training_checkpoint.read_index is checkpoint.read_index
     assert training_checkpoint.INDEX_NAME == checkpoint.INDEX_NAME
+
+
+@pytest.mark.parametrize(
+    ("index", "problem"),
+    [
+        ({"checkpoints": [{"step": 3}]}, r"entry \{'step': 3\} names no step_"),
+        ({"checkpoints": [{"name": "step_1"}]}, "entry step_1 has no integer step"),
+        ({"checkpoints": [], "best": "../elsewhere"}, "best is '../elsewhere'"),
+        ({"checkpoints": [], "last": 7}, "last is 7"),
+    ],
+)
+def test_read_index_rejects_entries_and_names_of_the_wrong_shape(tmp_path: Path, index, problem):
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="not a checkpoint index: " + problem):
+        read_index(tmp_path)
+
+
+def test_a_corrupt_index_is_read_as_the_checkpoints_that_verify_without_rewriting_it(
+    tmp_path: Path,
+):
+    root = tmp_path / "run" / "checkpoints"
+    for step, best in ((100, 100), (200, 100), (300, 100)):
+        state = json.dumps({"step": step, "epoch": 1, "best_step": best}).encode()
+        files = {"config.json": b"{}", "trainer_state.json": state, "model.safetensors": b"w"}
+        _checkpoint(root, f"step_{step:07d}", files)
+    (root / "step_0000300" / "model.safetensors").write_bytes(b"rot")
+    (root / "index.json").write_text('{"checkpoints": [')
+    assert resolve_model_dir(tmp_path / "run") == root / "step_0000100"  # the newest's best
+    assert resolve_model_dir(tmp_path / "run", "last") == root / "step_0000200"
+    assert (root / "index.json").read_text() == '{"checkpoints": ['
+    (root / "step_0000100" / "model.safetensors").write_bytes(b"rot")
+    (root / "index.json").write_text(
+        json.dumps({"checkpoints": [], "last": "step_0000200", "best": "step_0000100"})
+    )
+    with pytest.raises(CheckpointError, match="best checkpoint of the run does not verify"):
+        resolve_model_dir(tmp_path / "run")

@@ -1,6 +1,8 @@
 """Translator settings that do not need a trained model (the end-to-end path is tested in
 tests/training/test_trainer.py)."""
 
+import json
+
 import torch
 
 from odet.generation import GenerationConfig
@@ -27,6 +29,7 @@ def test_bf16_precision_decodes_with_a_bf16_copy_and_leaves_the_model_in_fp32():
 def test_from_checkpoint_translates_as_the_model_generates(tmp_path):
     from odet.data import Tokenizer, TokenizerPair, pad_tokens
     from odet.inference import load_model_and_tokenizers
+    from odet.inference.checkpoint import sha256_file
 
     corpus = ["the cat sat on the mat", "a dog runs in the park", "two men walk"] * 10
     tokenizer = Tokenizer.train(corpus, vocab_size=40)
@@ -34,6 +37,8 @@ def test_from_checkpoint_translates_as_the_model_generates(tmp_path):
     step = tmp_path / "run" / "checkpoints" / "step_0000001"
     model.save_pretrained(step)
     TokenizerPair.joint(tokenizer).save(step)
+    sums = {f.name: sha256_file(f) for f in step.iterdir()}  # as training writes it
+    (step / "checksums.json").write_text(json.dumps(sums))
     (step.parent / "index.json").write_text(
         '{"checkpoints": [], "last": "step_0000001", "best": "step_0000001"}'
     )

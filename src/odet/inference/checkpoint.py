@@ -10,15 +10,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from odet.models import CheckpointError
 from odet.models.serialization import CONFIG_NAME as MODEL_CONFIG_NAME
 
+logger = logging.getLogger(__name__)
+
 INDEX_NAME = "index.json"
 CHECKSUMS_NAME = "checksums.json"
 CONFIG_NAME = "train_config.yaml"
+STATE_NAME = "trainer_state.json"
+CHECKPOINT_PATTERN = re.compile(r"step_\d+")
+"""The directory name of a checkpoint (``checkpoint_name``)."""
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:07d}"
 
 
 def sha256_file(path: Path) -> str:
@@ -41,7 +52,69 @@ def read_index(root: Path) -> dict[str, Any]:
         raise CheckpointError(f"{index} is corrupt: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("checkpoints"), list):
         raise CheckpointError(f"{index} is not a checkpoint index")
+    problem = _index_problem(data)
+    if problem:
+        raise CheckpointError(f"{index} is not a checkpoint index: {problem}")
     return data
+
+
+def _is_name(value: object) -> bool:
+    return isinstance(value, str) and CHECKPOINT_PATTERN.fullmatch(value) is not None
+
+
+def _index_problem(data: dict[str, Any]) -> str:
+    """What makes ``data`` unusable as an index (entries and names of the right shape), or
+    ``""``."""
+    for entry in data["checkpoints"]:
+        if not isinstance(entry, dict) or not _is_name(entry.get("name")):
+            return f"entry {entry!r} names no step_* checkpoint"
+        if not isinstance(entry.get("step"), int):
+            return f"entry {entry['name']} has no integer step"
+    for key in ("last", "best"):
+        if data.get(key) is not None and not _is_name(data[key]):
+            return f"{key} is {data[key]!r}, not a step_* checkpoint name"
+    return ""
+
+
+def scan_checkpoints(root: Path) -> dict[str, Any]:
+    """The index the ``step_*`` checkpoints of ``root`` that verify make (nothing is written):
+    ``best`` is the newest one's ``best_step`` when that checkpoint is among them. The ones
+    left out are logged."""
+    entries, best_steps = [], []
+    for path in sorted(p for p in root.glob("step_*") if p.is_dir() and _is_name(p.name)):
+        try:
+            verify_checkpoint(path)
+            state = json.loads((path / STATE_NAME).read_text(encoding="utf-8"))
+            entry = {"name": path.name, "step": int(state["step"]), "epoch": state.get("epoch", 0)}
+        except (CheckpointError, OSError, ValueError, TypeError, KeyError) as err:
+            logger.warning("leaving checkpoint %s out of the index: %s", path.name, err)
+            continue
+        entries.append(entry)
+        best_steps.append(state.get("best_step"))
+    names = {e["name"] for e in entries}
+    best = checkpoint_name(best_steps[-1]) if best_steps and best_steps[-1] is not None else None
+    return {
+        "checkpoints": entries,
+        "last": entries[-1]["name"] if entries else None,
+        "best": best if best in names else None,
+    }
+
+
+def usable_index(root: Path) -> dict[str, Any]:
+    """The index of ``root``; a corrupt one is reported and replaced, in memory only, by
+    ``scan_checkpoints`` (reading a run never writes to it)."""
+    try:
+        return read_index(root)
+    except CheckpointError as err:
+        index = scan_checkpoints(root)
+        logger.warning(
+            "%s; using the %d checkpoint(s) that verify instead (last %s, best %s)",
+            err,
+            len(index["checkpoints"]),
+            index["last"],
+            index["best"],
+        )
+        return index
 
 
 def verify_checkpoint(path: Path) -> None:
@@ -63,19 +136,42 @@ def verify_checkpoint(path: Path) -> None:
 
 def resolve_model_dir(path: str | Path, which: str = "best") -> Path:
     """A directory with a model and tokenizer: ``path`` itself, or the ``best``/``last``
-    checkpoint of a run directory (``<run>/checkpoints/index.json``) or checkpoints directory."""
+    checkpoint of a run directory (``<run>/checkpoints/index.json``) or checkpoints directory,
+    verified (``run_checkpoint``)."""
     path = Path(path)
     if (path / MODEL_CONFIG_NAME).is_file():
         return path
     for root in (path / "checkpoints", path):
-        if (root / INDEX_NAME).is_file():
-            index = read_index(root)
-            name = index.get(which) or index.get("last")
-            if name and (root / name / MODEL_CONFIG_NAME).is_file():
-                return root / name
+        if (root / INDEX_NAME).is_file() or any(root.glob("step_*")):
+            return run_checkpoint(root, which)
     if not path.exists():
         raise CheckpointError(f"no such checkpoint or run directory: {path}")
     raise CheckpointError(
         f"{path} is not a model checkpoint (no config.json) nor a run directory with "
         "checkpoints/index.json"
     )
+
+
+def run_checkpoint(root: Path, which: str = "best") -> Path:
+    """The ``which`` (``best``, else ``last``) checkpoint of the checkpoints directory ``root``
+    (a corrupt index is replaced by ``usable_index``), after its checksums verify: never
+    another checkpoint in its place."""
+    index = usable_index(root)
+    name = index.get(which) or index.get("last")
+    if name is None:
+        raise CheckpointError(f"{root} holds no checkpoint that verifies")
+    role = which if index.get(which) else "last"
+    checkpoint = root / name
+    if not checkpoint.is_dir():
+        raise CheckpointError(
+            f"{root / INDEX_NAME} names {name} as the {role} checkpoint, but it is missing; "
+            "give a checkpoint directory instead"
+        )
+    try:
+        verify_checkpoint(checkpoint)
+    except CheckpointError as err:
+        raise CheckpointError(
+            f"the {role} checkpoint of the run does not verify: {err}; give another "
+            "checkpoint directory"
+        ) from None
+    return checkpoint

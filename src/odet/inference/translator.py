@@ -39,6 +39,22 @@ class TranslationReport:
     empty: int = 0
     truncated: int = 0
     truncated_lines: list[int] = field(default_factory=list)
+    """1-based positions in the input of the truncated lines."""
+    max_positions: int = 0
+    """The position table the truncated lines were cut to (source tokens + EOS)."""
+
+    def notes(self) -> list[str]:
+        """One line per reason some inputs were not decoded as given (none: ``[]``)."""
+        notes = []
+        if self.empty:
+            notes.append(f"{self.empty} empty line(s) gave empty outputs")
+        if self.truncated:
+            more = "…" if self.truncated > 5 else ""
+            notes.append(
+                f"{self.truncated} over-long line(s) truncated to the model's "
+                f"{self.max_positions} positions (lines {self.truncated_lines[:5]}{more})"
+            )
+        return notes
 
 
 class Translator:
@@ -81,13 +97,15 @@ class Translator:
     @torch.no_grad()
     def translate(self, sentences: Sequence[str], *, progress: bool = False) -> list[str]:
         """Translate ``sentences`` (any order of lengths); outputs in the input order."""
-        self.report = TranslationReport(sentences=len(sentences))
+        limit = self.model.config.max_positions
+        self.report = TranslationReport(sentences=len(sentences), max_positions=limit)
         outputs = [""] * len(sentences)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         self.report.empty = len(sentences) - len(todo)
         if not todo:
             return outputs
         encoded = self.encode([sentences[i] for i in todo])
+        self.report.truncated_lines = [todo[j - 1] + 1 for j in self.report.truncated_lines]
         order = sorted(range(len(todo)), key=lambda j: len(encoded[j]))
         strategy = self.config.make_strategy()
         model = self._inference_model()

@@ -38,8 +38,11 @@ from odet.inference.checkpoint import (
     CHECKSUMS_NAME,
     CONFIG_NAME,
     INDEX_NAME,
+    STATE_NAME,
+    checkpoint_name,
     read_index,
     resolve_model_dir,
+    scan_checkpoints,
     sha256_file,
     verify_checkpoint,
 )
@@ -69,7 +72,6 @@ __all__ = [
     "verify_checkpoint",
 ]
 
-STATE_NAME = "trainer_state.json"
 OPTIMIZER_NAME = "optimizer.pt"
 RNG_NAME = "rng.safetensors"
 
@@ -93,6 +95,7 @@ class TrainerState:
 
     step: int = 0
     epoch: int = 0
+    """The epoch of the latest update (1-based; 0 before the first)."""
     batcher: dict[str, Any] = field(default_factory=dict)
     best_metric: float | None = None
     best_step: int | None = None
@@ -101,6 +104,8 @@ class TrainerState:
     target_tokens: int = 0
     skipped_updates: int = 0
     bad_in_a_row: int = 0
+    validated_step: int | None = None
+    """The update the latest end-of-epoch (or end-of-budget) validation ran at."""
 
 
 @dataclass
@@ -112,10 +117,6 @@ class Checkpoint:
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     rng: torch.Tensor
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:07d}"
 
 
 def save_checkpoint(
@@ -201,24 +202,9 @@ def remove_partial_writes(root: Path) -> list[Path]:
 
 
 def rebuild_index(root: Path) -> dict[str, Any]:
-    """Write a new ``index.json`` (atomically) from the ``step_*`` checkpoints that verify;
-    ``best`` is the newest one's ``best_step`` when that checkpoint is among them."""
-    entries, best_steps = [], []
-    for path in sorted(p for p in root.glob("step_*") if p.is_dir()):
-        try:
-            state = load_checkpoint(path).state
-        except CheckpointError as err:
-            logger.warning("leaving checkpoint %s out of the rebuilt index: %s", path.name, err)
-            continue
-        entries.append({"name": path.name, "step": state.step, "epoch": state.epoch})
-        best_steps.append(state.best_step)
-    names = {e["name"] for e in entries}
-    best = checkpoint_name(best_steps[-1]) if best_steps and best_steps[-1] is not None else None
-    index = {
-        "checkpoints": entries,
-        "last": entries[-1]["name"] if entries else None,
-        "best": best if best in names else None,
-    }
+    """Write a new ``index.json`` (atomically) from the ``step_*`` checkpoints that verify
+    (``scan_checkpoints``)."""
+    index = scan_checkpoints(root)
     atomic_write(root / INDEX_NAME, lambda p: p.write_text(json.dumps(index, indent=2) + "\n"))
     return index
 

@@ -32,13 +32,18 @@ from odet.data.lm import CharVocabulary, WindowSampler, evaluation_batches, read
 from odet.inference.checkpoint import resolve_model_dir
 from odet.io import write_bytes_atomic
 from odet.models import CausalLM, CheckpointError
-from odet.training.checkpoint import TrainerState
+from odet.training.checkpoint import TrainerState, checkpoint_name
 from odet.training.distributed import init_distributed
 from odet.training.lm_config import LMOptimConfig, LMTrainConfig
 from odet.training.metrics import MetricsLog, plot_learning_curve
 from odet.training.parallel import parallelize, pick_device
-from odet.training.resume import RunCheckpoints
-from odet.training.run_dir import detach_log_file, open_run_dir
+from odet.training.resume import (
+    RunCheckpoints,
+    completed_run,
+    reopen_finished_run,
+    spent_budget,
+)
+from odet.training.run_dir import SUMMARY_NAME, detach_log_file, open_run_dir
 from odet.training.schedule import make_schedule
 from odet.training.signals import StopSignals
 from odet.training.step import ForwardPrecision, apply_update, record_skipped_update
@@ -153,6 +158,15 @@ class LMResult:
     """Exact validation loss, nats per token."""
     valid_tokens: int
     last_checkpoint: Path
+    already_complete: bool = False
+    """The run had finished before this call, which trained and wrote nothing."""
+
+    @classmethod
+    def from_summary(cls, out: Path, summary: dict[str, Any]) -> LMResult:
+        """The result of a finished run, read back from its ``summary.json``."""
+        keys = ("steps", "elapsed_seconds", "valid_loss", "valid_tokens")
+        values = [summary[k] for k in keys]
+        return cls(out, *values, Path(summary["last_checkpoint"]), already_complete=True)
 
 
 class LMTrainer:
@@ -205,6 +219,7 @@ class LMTrainer:
             min_ratio=c.optim.min_lr / c.optim.lr,
         )
         self.state = TrainerState()
+        self.resumed_step: int | None = None
         checkpoint = self.checkpoints.latest()
         if checkpoint is not None:
             self.model.load_state_dict(CausalLM.from_pretrained(checkpoint.path).state_dict())
@@ -214,7 +229,8 @@ class LMTrainer:
                 optimizer=self.optimizer,
                 scheduler=self.scheduler,
             )
-        self.metrics.truncate_after(self.state.step)
+            self.resumed_step = self.state.step
+        reopen_finished_run(self.out, self.metrics, self.state.step)
         logger.info(
             "language model: %s, %d layers, %d parameters; %d-character vocabulary; %d training "
             "and %d validation tokens; device %s",
@@ -241,9 +257,9 @@ class LMTrainer:
             dynamic_ncols=True,
             leave=False,
         )
-        stopped = ""
+        stopped = spent_budget(self.state, c)
         with StopSignals() as signals, bar:
-            while self.state.step < c.max_updates and not stopped:
+            while not stopped:
                 self._update(started, bar)
                 stopped = self._stop_reason(started, signals)
         if stopped == "signal":
@@ -252,10 +268,13 @@ class LMTrainer:
                 f"stopped by a signal at update {self.state.step}; checkpoint saved in "
                 f"{self.checkpoints.root}; run the same command to resume"
             )
-        last = self._save(started)
+        if self.state.step == self.resumed_step:  # nothing trained since that checkpoint
+            last = self.checkpoints.root / checkpoint_name(self.state.step)
+        else:
+            last = self._save(started)
         logger.info(
             "training stopped (%s) after %d updates, %.0fs",
-            stopped or "max_updates",
+            stopped,
             self.state.step,
             self.state.elapsed_seconds,
         )
@@ -267,7 +286,7 @@ class LMTrainer:
             return "signal"
         if c.max_minutes and time.perf_counter() - started >= 60 * c.max_minutes:
             return "max_minutes"
-        return ""
+        return "max_updates" if self.state.step >= c.max_updates else ""
 
     def _update(self, started: float, bar: tqdm) -> None:
         """Train on batch ``step``; log, estimate and save on their intervals."""
@@ -370,8 +389,9 @@ class LMTrainer:
         }
         summary["elapsed_seconds"] = round(s.elapsed_seconds, 1)
         summary.pop("output_dir")
+        summary.pop("already_complete")
         write_bytes_atomic(
-            self.out / "summary.json", (json.dumps(summary, indent=2) + "\n").encode("utf-8")
+            self.out / SUMMARY_NAME, (json.dumps(summary, indent=2) + "\n").encode("utf-8")
         )
         return result
 
@@ -380,6 +400,9 @@ def train_lm(config: LMTrainConfig, *, progress: bool | None = None) -> LMResult
     """Train (or resume) the language-model run described by ``config``; returns its result."""
     trainer = LMTrainer(config, progress=progress)
     try:
+        summary = completed_run(trainer.out, config.train)  # before the text is read
+        if summary is not None:
+            return LMResult.from_summary(trainer.out, summary)
         trainer.setup()
         return trainer.run()
     finally:

@@ -34,9 +34,17 @@ class MetricsLog:
         return records
 
     def truncate_after(self, step: int) -> None:
-        """Drop records logged after ``step`` (on resume, the steps will be redone)."""
-        kept = [r for r in self.read() if r.get("step", 0) <= step]
+        """Drop records logged after ``step`` (on resume, the steps will be redone) and the
+        records of a run's end (``is_final_record``): a resumed run writes them when it ends."""
+        kept = [r for r in self.read() if r.get("step", 0) <= step and not is_final_record(r)]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+
+def is_final_record(record: dict[str, Any]) -> bool:
+    """Whether ``record`` is written once, when a run finishes: the ``test`` scores, or the
+    exact validation pass of a language model."""
+    event = record.get("event")
+    return event == "test" or (event == "valid" and bool(record.get("exact")))
 
 
 @dataclass

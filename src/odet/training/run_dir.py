@@ -15,7 +15,7 @@ import yaml
 from odet import __version__
 from odet.data import DataError
 from odet.io import write_bytes_atomic
-from odet.training.lm_config import AnyTrainConfig, config_from_dict
+from odet.training.lm_config import AnyTrainConfig, LMTrainConfig, config_from_dict
 
 logger = logging.getLogger("odet.train")
 
@@ -27,14 +27,19 @@ class TrainResult:
     output_dir: Path
     steps: int
     epochs: int
+    """The epoch of the last update (1-based; a run stopped mid-epoch counts the partial one)."""
     elapsed_seconds: float
     best_metric: float | None
     best_checkpoint: Path | None
     last_checkpoint: Path
     valid: dict[str, float]
     test: dict[str, float]
+    already_complete: bool = False
+    """The run had finished before this call, which trained and wrote nothing."""
 
 
+SUMMARY_NAME = "summary.json"
+"""Written when a run finishes; a rerun of a finished run reads it and does nothing."""
 MARKER_NAME = ".odet-run"
 """The file only odet writes that makes a directory a run directory (JSON: version, created)."""
 
@@ -154,7 +159,27 @@ def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
     handler = attach_log_file(out / "train.log")
     for key, (old, new) in changes.items():
         logger.info("resumed with %s changed from %r to %r (config.yaml updated)", key, old, new)
+    if "train.max_updates" in changes:
+        warn_if_the_schedule_stretches(config, *changes["train.max_updates"])
     return handler
+
+
+def warn_if_the_schedule_stretches(config: AnyTrainConfig, old: int, new: int) -> None:
+    """Warn when the learning-rate schedule decays over ``train.max_updates``, so changing it
+    on resume moves the rest of the decay (the rate jumps to the new curve)."""
+    if isinstance(config, LMTrainConfig):
+        follows = not config.optim.decay_updates
+    else:
+        follows = config.optim.schedule != "inverse_sqrt"
+    if follows:
+        logger.warning(
+            "the learning rate decays over train.max_updates: from the resumed update on it "
+            "follows the curve of %s updates instead of %s, so it jumps there (the run is not "
+            "the one a first start with %s would give)",
+            new,
+            old,
+            new,
+        )
 
 
 def attach_log_file(path: Path) -> logging.Handler:
@@ -196,6 +221,33 @@ def write_summary(
         "parameter_digest": digests[0] if digests else None,
         "test": result.test,
     }
-    path = result.output_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path = result.output_dir / SUMMARY_NAME
+    write_bytes_atomic(path, (json.dumps(summary, indent=2) + "\n").encode("utf-8"))
     return path
+
+
+def read_summary(out: Path) -> dict[str, Any] | None:
+    """The ``summary.json`` of the run in ``out``; ``None`` when there is none or it does not
+    read as one (a run that has not finished)."""
+    try:
+        summary = json.loads((out / SUMMARY_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def result_from_summary(out: Path, summary: dict[str, Any]) -> TrainResult:
+    """The ``TrainResult`` of a finished run, read back from its ``summary.json``."""
+    best = summary.get("best_checkpoint")
+    return TrainResult(
+        out,
+        int(summary["steps"]),
+        int(summary.get("epochs", 0)),
+        float(summary.get("elapsed_seconds", 0.0)),
+        summary.get("best_metric"),
+        Path(best) if best else None,
+        Path(summary["last_checkpoint"]),
+        {},
+        dict(summary.get("test") or {}),
+        already_complete=True,
+    )

@@ -21,17 +21,24 @@ import torch
 from tqdm import tqdm
 
 from odet.models import Seq2Seq
-from odet.training.checkpoint import Checkpoint, TrainerState, read_index
+from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name
 from odet.training.config import TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.metrics import MetricsLog, ThroughputWindow, plot_learning_curve
 from odet.training.parallel import ParallelModel, parallelize, parameter_digest, pick_device
 from odet.training.prepare import make_batcher, prepare_data, read_split
-from odet.training.resume import RunCheckpoints
+from odet.training.resume import (
+    RunCheckpoints,
+    close_finished_epoch,
+    completed_run,
+    reopen_finished_run,
+    spent_budget,
+)
 from odet.training.run_dir import (
     TrainResult,
     detach_log_file,
     open_run_dir,
+    result_from_summary,
     write_summary,
 )
 from odet.training.signals import StopSignals
@@ -157,50 +164,44 @@ class Trainer:
                 optimizer=self.optimizer,
                 scheduler=self.scheduler,
                 batcher=self.batcher,
+                metrics=self.metrics,
             )
         if self.dist.is_main:
-            self.metrics.truncate_after(self.state.step)
+            reopen_finished_run(self.out, self.metrics, self.state.step)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> TrainResult:
         c = self.config.train
         started = time.perf_counter() - self.state.elapsed_seconds
-        stop_reason = self._budget_spent()
+        stop_reason = spent_budget(self.state, c)
         with StopSignals() as signals:
+            at_epoch_start = self.state.step and self.batcher.state_dict()["position"] == 0
+            if self.state.validated_step != self.state.step and (stop_reason or at_epoch_start):
+                stop_reason = self._end_of_epoch(started, signals) or stop_reason
             while not stop_reason and self.batcher.epoch < c.max_epochs:
                 stop_reason = self._train_epoch(started, signals)
+                close_finished_epoch(self.batcher)
                 epoch_completed = self.batcher.state_dict()["position"] == 0
                 # Validate at every epoch end, and also when a budget stops training mid-epoch,
                 # so the final model competes for "best".
                 if stop_reason in ("max_updates", "max_minutes") or (
                     epoch_completed and not stop_reason
                 ):
-                    stop_reason = self._end_of_epoch(started) or stop_reason
+                    stop_reason = self._end_of_epoch(started, signals) or stop_reason
             if stop_reason == "signal":
-                self._save(started, is_best=False)
+                if self.state.validated_step != self.state.step:  # else saved when validated
+                    self._save(started, is_best=False)
                 raise TrainingInterruptedError(
                     f"stopped by a signal at update {self.state.step}; checkpoint saved in "
                     f"{self.ckpt_root}; run the same command to resume"
                 )
-        last = self._save(started, is_best=False)
         logger.info(
             "training stopped (%s) after %d updates, %.0fs",
             stop_reason or "max_epochs",
             self.state.step,
             self.state.elapsed_seconds,
         )
-        return self._finish(last)
-
-    def _budget_spent(self) -> str:
-        """Why a (resumed) run has nothing left to do, or ``""``."""
-        c = self.config.train
-        if c.max_updates and self.state.step >= c.max_updates:
-            return "max_updates"
-        if c.max_minutes and self.state.elapsed_seconds >= 60 * c.max_minutes:
-            return "max_minutes"
-        if c.patience and self.state.bad_epochs >= c.patience:
-            return "early_stopping"
-        return ""
+        return self._finish(self.ckpt_root / checkpoint_name(self.state.step))
 
     def _train_epoch(self, started: float, signals: StopSignals) -> str:
         """Train to the end of the epoch, or until a stop reason, which is returned."""
@@ -262,6 +263,7 @@ class Trainer:
             return ""
         self.state.bad_in_a_row = 0
         self.state.step += 1
+        self.state.epoch = self.batcher.epoch + 1
         self.state.target_tokens += int(tokens)
         window.tokens += int(tokens)
         self.state.elapsed_seconds = time.perf_counter() - started
@@ -286,7 +288,7 @@ class Trainer:
             self.metrics.write(
                 "train",
                 step=self.state.step,
-                epoch=self.batcher.epoch + 1,
+                epoch=self.state.epoch,
                 loss=loss,
                 nll=nll,
                 lr=lr,
@@ -297,9 +299,10 @@ class Trainer:
         window.restart()
 
     # ------------------------------------------------------------------ evaluation
-    def _end_of_epoch(self, started: float) -> str:
-        """Validate (rank 0), track the best checkpoint, save; ``"early_stopping"`` or ``""``."""
-        self.state.epoch = self.batcher.epoch
+    def _end_of_epoch(self, started: float, signals: StopSignals) -> str:
+        """Validate (rank 0), track the best checkpoint, save; ``"early_stopping"``,
+        ``"signal"`` (one came during validation) or ``""``."""
+        self.state.validated_step = self.state.step
         model = self.parallel.evaluation_model(self.device)
         metrics = self.evaluator.validate(model, self.valid) if self.dist.is_main else {}
         metrics = self.dist.broadcast_object(metrics)  # type: ignore[assignment]
@@ -310,7 +313,8 @@ class Trainer:
         patience = self.config.train.patience
         if patience and self.state.bad_epochs >= patience:
             return "early_stopping"
-        return ""
+        signalled = self.dist.all_reduce_sum([float(signals.received is not None)])[0]
+        return "signal" if signalled else ""
 
     def _report_validation(self, model: Seq2Seq, metrics: dict[str, float]) -> None:
         """The ``valid`` record, log line, progress line, coefficients and learning curve."""
@@ -326,9 +330,7 @@ class Trainer:
         snapshot = coefficient_record(model, self.valid, self.device)
         if snapshot is not None:
             self.metrics.write("coefficients", step=self.state.step, **snapshot)
-        plot_learning_curve(
-            self.metrics.read(), self.out / "learning_curve.png", title=self.out.name
-        )
+        plot_learning_curve(self.metrics.read(), self.out / "learning_curve.png", self.out.name)
 
     def _save(self, started: float, *, is_best: bool, model: Seq2Seq | None = None) -> Path:
         """A checkpoint of the current state (with FSDP every rank takes part in gathering the
@@ -345,26 +347,22 @@ class Trainer:
         )
 
     def _finish(self, last: Path) -> TrainResult:
-        """Check the ranks agree, then (rank 0) validate or decode the test set and summarise."""
+        """Check the ranks agree, then (rank 0) decode the test set and summarise."""
         # Replicated (DDP) ranks must hold identical weights; sharded (FSDP) ones hold shards.
         sharded = self.parallel.sharded
         digests = [] if sharded else self.dist.all_gather_object(parameter_digest(self.model))
         if len(set(digests)) > 1:
             raise RuntimeError(f"ranks ended with different parameters: {digests}")
         model = self.parallel.evaluation_model(self.device)
-        index = read_index(self.ckpt_root)
-        best = self.ckpt_root / index["best"] if index.get("best") else None
-        valid: dict[str, float] = {}
+        best = self.checkpoints.best()
         test: dict[str, float] = {}
-        if self.dist.is_main:
-            valid = self.evaluator.validate(model, self.valid) if best is None else {}
-            if self.config.data.test:
-                if best is not None:
-                    model = Seq2Seq.from_pretrained(best).to(self.device)
-                test = self._test(model)
+        if self.dist.is_main and self.config.data.test:
+            if best is not None:
+                model = Seq2Seq.from_pretrained(best).to(self.device)
+            test = self._test(model)
         s = self.state
         result = TrainResult(
-            self.out, s.step, s.epoch, s.elapsed_seconds, s.best_metric, best, last, valid, test
+            self.out, s.step, s.epoch, s.elapsed_seconds, s.best_metric, best, last, {}, test
         )
         if self.dist.is_main:
             write_summary(
@@ -389,6 +387,9 @@ def train(config: TrainConfig, *, progress: bool | None = None) -> TrainResult:
     """Train (or resume) the run described by ``config``; returns its result."""
     trainer = Trainer(config, progress=progress)
     try:
+        summary = completed_run(trainer.out, config.train)  # before any data is read
+        if summary is not None:
+            return result_from_summary(trainer.out, summary)
         trainer.setup()
         result = trainer.run()
         trainer.dist.barrier()  # ranks leave together: rank 0 may still be decoding the test set

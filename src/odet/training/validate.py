@@ -5,6 +5,7 @@ Everything here runs on one process (rank 0) with a model that holds full weight
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +24,8 @@ from odet.training.config import DataConfig, LoopConfig, TrainConfig
 from odet.training.loss import label_smoothed_loss
 from odet.training.prepare import ValidationSet
 from odet.training.step import ForwardPrecision
+
+logger = logging.getLogger("odet.train")
 
 
 @torch.no_grad()
@@ -109,11 +112,24 @@ class Evaluator:
     progress: bool = False
 
     def translate(
-        self, model: Seq2Seq, sentences: list[str], search: GenerationConfig | None = None
+        self,
+        model: Seq2Seq,
+        sentences: list[str],
+        search: GenerationConfig | None = None,
+        split: TextPairs | None = None,
+        name: str = "data.test",
     ) -> list[str]:
-        """Decode ``sentences`` with ``search`` (default: the run's ``generation`` section)."""
+        """Decode ``sentences`` with ``search`` (default: the run's ``generation`` section);
+        logs, per reason, the sentences of split ``name`` not decoded as given (truncated), by
+        their line numbers in ``split``'s files."""
         translator = Translator(model, self.tokenizers, search or self.config.generation)
-        return translator.translate(sentences, progress=self.progress)  # at its own precision
+        outputs = translator.translate(sentences, progress=self.progress)  # at its precision
+        report = translator.report
+        if split is not None:
+            report.truncated_lines = [split.line_numbers[i - 1] for i in report.truncated_lines]
+        for note in report.notes():
+            logger.info("%s (decoding): %s", name, note)
+        return outputs
 
     def validate(self, model: Seq2Seq, valid: ValidationSet | None) -> dict[str, float]:
         """``loss`` and ``ppl``, and ``train.valid_metric`` of greedy or beam decoding (with
@@ -132,7 +148,9 @@ class Evaluator:
         metric = self.config.train.valid_metric
         if metric != "none":
             search = replace(self.config.generation, beam_size=self.config.train.valid_beam_size)
-            hyps = self.translate(model, list(valid.pairs.source), search)
+            hyps = self.translate(
+                model, list(valid.pairs.source), search, valid.pairs, "data.valid"
+            )
             refs = references(self.config.data, valid.pairs, self.config.data.valid_references)
             metrics.update(score_text(metric, hyps, refs, valid.pairs.source))
         model.train()
@@ -141,7 +159,7 @@ class Evaluator:
     def test(self, model: Seq2Seq, pairs: TextPairs, hypotheses: Path) -> dict[str, float]:
         """Decode the test pairs with the run's search settings, write them to ``hypotheses``
         and score them with ``train.valid_metric`` (BLEU when that is ``"none"``)."""
-        hyps = self.translate(model, list(pairs.source))
+        hyps = self.translate(model, list(pairs.source), split=pairs)
         hypotheses.write_text("\n".join(hyps) + "\n", encoding="utf-8")
         metric = self.config.train.valid_metric
         refs = references(self.config.data, pairs, self.config.data.test_references)
