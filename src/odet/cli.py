@@ -136,14 +136,10 @@ def _output(path: str | None) -> Iterator[Path | None]:
 def _read_input(path: str | None) -> tuple[list[str], int]:
     """The lines to translate (invalid UTF-8 replaced and counted); an input with no line to
     translate (empty, only blank or undecodable lines) is a ``DataError``."""
-    from odet.data.text import DataError, open_binary
+    from odet.data.text import DataError, read_binary
 
     name = "stdin" if path in (None, "-") else f"--input {path}"
-    if path in (None, "-"):
-        raw = sys.stdin.buffer.read()
-    else:
-        with open_binary(path, "--input") as handle:
-            raw = handle.read()
+    raw = sys.stdin.buffer.read() if path in (None, "-") else read_binary(path, "--input")
     lines, invalid = [], 0
     for line in raw.splitlines():
         try:

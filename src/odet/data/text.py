@@ -177,14 +177,24 @@ def open_binary(path: PathLike, what: str = "data file") -> BinaryIO:
     return gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[return-value]
 
 
+def read_binary(path: PathLike, what: str = "data file") -> bytes:
+    """The bytes of a plain or gzip file; a missing, unreadable or corrupt (truncated gzip)
+    file is a ``DataError`` naming ``what`` and the path."""
+    with open_binary(path, what) as handle:
+        try:
+            return handle.read()
+        except (EOFError, OSError, zlib.error):
+            raise DataError(f"{what} {path} cannot be read (corrupt or truncated gzip)") from None
+
+
 def _raw_lines(handle: BinaryIO, path: PathLike) -> Iterator[bytes]:
     """Lines of a binary stream split on ``\\n`` only, without the line terminator; a corrupt or
     truncated gzip stream is a ``DataError`` naming ``path``."""
     try:
         for line in handle:
             yield line.rstrip(b"\n")
-    except (EOFError, OSError, zlib.error) as error:
-        raise DataError(f"{path} cannot be read (corrupt or truncated gzip?): {error}") from None
+    except (EOFError, OSError, zlib.error):
+        raise DataError(f"{path} cannot be read (corrupt or truncated gzip)") from None
 
 
 def _decode(raw: bytes, first: bool) -> str | None:

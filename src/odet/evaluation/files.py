@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from odet.data.m2 import read_m2
-from odet.data.text import DataError, check_input_file, open_binary, read_lines
+from odet.data.text import DataError, check_input_file, read_binary, read_lines
 from odet.evaluation.gec import corpus_gleu, m2_score
 from odet.evaluation.rouge import corpus_rouge
 from odet.evaluation.translation import (
@@ -24,8 +24,7 @@ METRICS = ("bleu", "chrf", "rouge", "gleu", "m2")
 def read_all_lines(path: str | Path, what: str = "file") -> list[str]:
     """Every line of a (plain or gzip) file, empty ones included: hypotheses stay aligned."""
     path = check_input_file(path, what)
-    with open_binary(path, what) as handle:
-        raw = handle.read()
+    raw = read_binary(path, what)
     try:
         return raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as err:
