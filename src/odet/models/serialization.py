@@ -91,7 +91,9 @@ def _check_shapes(model: nn.Module, weights: Path) -> None:
         with safe_open(str(weights), framework="pt") as handle:
             shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
     except (SafetensorError, OSError, RuntimeError):
-        raise CheckpointError(f"{weights} is corrupt or truncated (not safetensors)") from None
+        raise CheckpointError(
+            f"{weights} is corrupt or unreadable (truncated, or not safetensors)"
+        ) from None
     expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
     differ = [k for k in expected if k in shapes and shapes[k] != expected[k]]
     if differ:
@@ -122,7 +124,9 @@ def load_model_dir(
             model, str(weights), strict=False, device=str(map_location)
         )
     except (SafetensorError, OSError, RuntimeError):
-        raise CheckpointError(f"{weights} is corrupt or truncated (not safetensors)") from None
+        raise CheckpointError(
+            f"{weights} is corrupt or unreadable (truncated, or not safetensors)"
+        ) from None
     if missing or unexpected:
         raise CheckpointError(
             f"{weights} does not match the model config: missing {sorted(missing)}, "

@@ -51,13 +51,12 @@ def read_checked_split(data: DataConfig, split: str) -> TextPairs:
     pairs = read_split(data, files)
     if len(pairs) == 0:
         report = pairs.report
-        paths = [str(data.path(f)) for f in files]
         why = (
             "the files are empty"
             if report.lines == 0
             else f"{report.skipped} of {report.lines} line(s) skipped: {report.reasons()}"
         )
-        raise DataError(f"data.{split} {paths} has no pairs left ({why}); check the files")
+        raise DataError(f"data.{split} {list(files)} has no pairs left ({why}); check the files")
     return pairs
 
 
