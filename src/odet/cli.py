@@ -85,10 +85,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         inputs = (args.input,) if args.input not in (None, "-") else ()
         check_output_file(args.output, "--output", inputs)
-    lines, invalid = _read_input(args.input)
+    from_file = args.input not in (None, "-")
+    lines, invalid = _read_input(args.input) if from_file else ([], 0)
     defaults = generation_defaults(args.model, args.checkpoint)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
     translator = Translator.from_checkpoint(args.model, args.checkpoint, config)
+    if not from_file:  # stdin is read once the model is known to load
+        lines, invalid = _read_input(args.input)
     with _output(args.output) as tmp:
         progress = not args.no_progress and args.output is not None
         text = "".join(o + "\n" for o in translator.translate(lines, progress=progress))
