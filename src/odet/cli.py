@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -33,6 +35,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.output_dir:
         overrides.append(f"output_dir={args.output_dir}")
     config = load_any_config(args.config, overrides)
+    from odet.training.run_dir import check_output_dir
+
+    check_output_dir(Path(config.output_dir), config.to_dict())
     progress = False if args.no_progress else None
     if isinstance(config, LMTrainConfig):
         from odet.training.lm import train_lm
@@ -84,13 +89,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "batch_tokens": args.batch_tokens,
         "precision": args.precision,
     }
+    if args.output is not None:
+        from odet.io import check_output_file
+
+        inputs = (args.input,) if args.input not in (None, "-") else ()
+        check_output_file(args.output, "--output", inputs)
+    from_file = args.input not in (None, "-")
+    lines, invalid = _read_input(args.input) if from_file else ([], 0)
     model_dir = resolve_model_dir(args.model, args.checkpoint)  # once: it verifies checksums
     defaults = generation_defaults(model_dir)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
-    if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
-        raise ValueError(f"--output {args.output} is the input file; refusing to overwrite it")
     translator = Translator.from_checkpoint(model_dir, config=config)
-    lines, invalid = _read_input(args.input)
+    if not from_file:  # stdin is read once the model is known to load
+        lines, invalid = _read_input(args.input)
     with _output(args.output) as tmp:
         progress = not args.no_progress and args.output is not None
         text = "".join(o + "\n" for o in translator.translate(lines, progress=progress))
@@ -115,8 +126,6 @@ def _output(path: str | None) -> Iterator[Path | None]:
         return
     from odet.io import atomic_output
 
-    if Path(path).is_dir():
-        raise ValueError(f"--output {path} is a directory; give a file name")
     with ExitStack() as stack:
         try:
             tmp = stack.enter_context(atomic_output(path))
@@ -129,13 +138,12 @@ def _output(path: str | None) -> Iterator[Path | None]:
 
 
 def _read_input(path: str | None) -> tuple[list[str], int]:
-    from odet.data.text import open_binary
+    """The lines to translate (invalid UTF-8 replaced and counted); an input with no line to
+    translate (empty, only blank or undecodable lines) is a ``DataError``."""
+    from odet.data.text import DataError, read_binary
 
-    if path in (None, "-"):
-        raw = sys.stdin.buffer.read()
-    else:
-        with open_binary(path) as handle:
-            raw = handle.read()
+    name = "stdin" if path in (None, "-") else f"--input {path}"
+    raw = sys.stdin.buffer.read() if path in (None, "-") else read_binary(path, "--input")
     lines, invalid = [], 0
     for line in raw.splitlines():
         try:
@@ -143,6 +151,12 @@ def _read_input(path: str | None) -> tuple[list[str], int]:
         except UnicodeDecodeError:
             lines.append(line.decode("utf-8", errors="replace"))
             invalid += 1
+    if not lines:
+        raise DataError(f"{name} is empty: there is nothing to translate")
+    if invalid == len(lines):
+        raise DataError(f"{name} is not valid UTF-8 (no line decodes): nothing to translate")
+    if not any(line.strip() for line in lines):
+        raise DataError(f"{name} has only blank lines: there is nothing to translate")
     return lines, invalid
 
 
@@ -266,9 +280,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from odet.io import check_output_file
     from odet.tasks.gec import build_gec_data, english_words, m2_to_parallel
     from odet.tasks.summarization import Lead, read_dialogsum, write_dialogsum_lines
 
+    if args.task != "gec" and len(args.inputs) != 1:
+        raise ValueError(
+            f"odet prepare {args.task} takes one input file, got {len(args.inputs)}: {args.inputs}"
+        )
+    suffixes = {"m2": (".src", ".tgt"), "dialogsum": (".dialogue", ".summary"), "lead": ("",)}
+    for suffix in suffixes.get(args.task, ()):
+        check_output_file(f"{args.out}{suffix}", "--out", tuple(args.inputs))
     if args.task == "gec":
         vocabulary = english_words(args.vocabulary) if args.substitute > 0 else ()
         report = build_gec_data(
@@ -306,11 +328,15 @@ def cmd_config(args: argparse.Namespace) -> int:
             raise ValueError("odet config show needs a training config (YAML)")
         print(resolved_config_yaml(args.config, list(args.set or [])), end="")
         return 0
+    if args.check and args.out is None:
+        raise ValueError("odet config docs --check needs --out FILE (the reference to check)")
     text = configuration_reference()
     if args.out is None:
         print(text, end="")
         return 0
-    out = Path(args.out)
+    from odet.io import check_output_file
+
+    out = check_output_file(args.out, "--out")
     if args.check:
         current = out.read_text(encoding="utf-8") if out.is_file() else ""
         if current != text:
@@ -340,6 +366,63 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 # ---------------------------------------------------------------------------- arguments
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line, ``odet: error: ...``, and exit status 2, like every
+    other user error (argparse would print the usage first)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        command = self.prog.removeprefix("odet").strip()
+        hint = f"; see odet {command} --help" if command else "; see odet --help"
+        self.exit(EXIT_USER_ERROR, f"odet: error: {message}{hint}\n")
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"int >= {low}"
+    return parse
+
+
+def _real(low: float, high: float, *, low_open: bool, high_open: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number in the interval from ``low`` to ``high``."""
+    if math.isinf(low) and math.isinf(high):
+        interval = "a finite number"
+    elif math.isinf(high):
+        interval = f"{'>' if low_open else '>='} {low:g}"
+    else:
+        interval = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+        below = value <= low if low_open else value < low
+        above = value >= high if high_open else value > high
+        if not math.isfinite(value) or below or above:
+            raise argparse.ArgumentTypeError(f"must be {interval}, got {text}")
+        return value
+
+    parse.__name__ = f"number {interval}"
+    return parse
+
+
+POSITIVE = _real(0.0, math.inf, low_open=True, high_open=True)
+PROBABILITY = _real(0.0, 1.0, low_open=True, high_open=False)
+FRACTION = _real(0.0, 1.0, low_open=False, high_open=False)
+NON_NEGATIVE = _real(0.0, math.inf, low_open=False, high_open=True)
+FINITE = _real(-math.inf, math.inf, low_open=True, high_open=True)
+
+
 class _HelpWithDefaults(argparse.HelpFormatter):
     """``--help`` lines end with the flag's default, where it has one worth saying."""
 
@@ -358,9 +441,7 @@ class _HelpWithDefaults(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="odet", description="ODE Transformers: train, generate, evaluate."
-    )
+    parser = _Parser(prog="odet", description="ODE Transformers: train, generate, evaluate.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -394,39 +475,41 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["beam", "greedy", "sample"],
         help=f"search strategy {RUN}",
     )
-    p.add_argument("--beam", type=int, help=f"beam size {RUN}")
-    p.add_argument("--lenpen", type=float, help=f"length penalty {RUN}")
-    p.add_argument("--max-len-a", type=float, help=f"max length = a · source length + b {RUN}")
-    p.add_argument("--max-len-b", type=int, help=f"see --max-len-a {RUN}")
+    p.add_argument("--beam", type=_at_least(1), help=f"beam size {RUN}")
+    p.add_argument("--lenpen", type=FINITE, help=f"length penalty {RUN}")
+    p.add_argument(
+        "--max-len-a", type=NON_NEGATIVE, help=f"max length = a · source length + b {RUN}"
+    )
+    p.add_argument("--max-len-b", type=_at_least(0), help=f"see --max-len-a {RUN}")
     p.add_argument(
         "--min-len",
-        type=int,
+        type=_at_least(0),
         help=f"fewest tokens before EOS {RUN}",
     )
     p.add_argument(
         "--no-repeat-ngram-size",
-        type=int,
+        type=_at_least(0),
         help=f"ban repeated n-grams of this size {RUN}",
     )
     p.add_argument(
         "--temperature",
-        type=float,
+        type=POSITIVE,
         help=f"sample: softmax temperature {RUN}",
     )
     p.add_argument(
         "--top-k",
-        type=int,
+        type=_at_least(0),
         help=f"sample: keep the k best tokens {RUN}",
     )
     p.add_argument(
         "--top-p",
-        type=float,
+        type=PROBABILITY,
         help=f"sample: keep the smallest set of mass p {RUN}",
     )
     p.add_argument("--seed", type=int, help=f"sample: random seed {RUN}")
     p.add_argument(
         "--batch-tokens",
-        type=int,
+        type=_at_least(16),
         help=f"source tokens per batch {RUN}",
     )
     p.add_argument(
@@ -439,14 +522,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sample", help="sample text from a trained language model")
     p.add_argument("checkpoint", help="a language-model checkpoint or run directory")
     p.add_argument("--prompt", help="the text to continue (default: stdin; empty: none)")
-    p.add_argument("--max-new-tokens", type=int, default=500, help="characters to sample")
-    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (> 0)")
-    p.add_argument("--top-k", type=int, default=None, help="keep only the k most likely tokens")
+    p.add_argument("--max-new-tokens", type=_at_least(0), default=500, help="characters to sample")
+    p.add_argument("--temperature", type=POSITIVE, default=1.0, help="softmax temperature (> 0)")
     p.add_argument(
-        "--top-p", type=float, default=None, help="keep the smallest set of tokens of mass p"
+        "--top-k", type=_at_least(1), default=None, help="keep only the k most likely tokens"
+    )
+    p.add_argument(
+        "--top-p", type=PROBABILITY, default=None, help="keep the smallest set of tokens of mass p"
     )
     p.add_argument("--seed", type=int, default=None, help="seed of the sampling (reproducible)")
-    p.add_argument("--num-samples", type=int, default=1, help="independent samples")
+    p.add_argument("--num-samples", type=_at_least(1), default=1, help="independent samples")
     p.add_argument(
         "--which", choices=["best", "last"], default="last", help="checkpoint of a run directory"
     )
@@ -485,7 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("average", help="average the weights of the last N checkpoints")
     p.add_argument("run", help="training run directory (or its checkpoints/ directory)")
-    p.add_argument("--last", type=int, default=5, help="average the newest N checkpoints")
+    p.add_argument("--last", type=_at_least(1), default=5, help="average the newest N checkpoints")
     p.add_argument("--out", required=True, help="directory for the averaged model")
 
     p = sub.add_parser("data", help="download and verify a dataset ('list' to see them)")
@@ -502,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["copy", "reverse", "sort", "translate"],
         help="the synthetic task",
     )
-    p.add_argument("--epochs", type=int, default=10, help="epochs per model")
+    p.add_argument("--epochs", type=_at_least(1), default=10, help="epochs per model")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("experiment", help="train variants x seeds of a recipe; table + plots")
@@ -524,28 +609,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="per-block update sizes and learned coefficients")
     p.add_argument("runs", nargs="+", help="training run directories (compared in the plots)")
     p.add_argument("--out", required=True, help="directory for analysis.json and the plots")
-    p.add_argument("--sentences", type=int, default=64, help="validation sentences to use")
+    p.add_argument("--sentences", type=_at_least(1), default=64, help="validation sentences to use")
 
     p = sub.add_parser("prepare", help="task data: GEC pairs, M2 -> text, DialogSum lines, LEAD")
     p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"], help="what to prepare")
     p.add_argument("inputs", nargs="+", help="input file(s)")
     p.add_argument("--out", required=True, help="output directory, prefix or file")
     p.add_argument("--seed", type=int, default=1, help="gec: noise seed")
-    p.add_argument("--copies", type=int, default=1, help="gec: corrupted copies per sentence")
     p.add_argument(
-        "--join", type=int, default=1, help="gec: up to this many consecutive sentences per pair"
+        "--copies", type=_at_least(1), default=1, help="gec: corrupted copies per sentence"
+    )
+    p.add_argument(
+        "--join",
+        type=_at_least(1),
+        default=1,
+        help="gec: up to this many consecutive sentences per pair",
     )
     p.add_argument(
         "--substitute",
-        type=float,
+        type=FRACTION,
         default=0.0,
         help="gec: probability of replacing a content word by a frequent English word (wordfreq)",
     )
     p.add_argument(
-        "--vocabulary", type=int, default=30_000, help="gec: how many words --substitute draws from"
+        "--vocabulary",
+        type=_at_least(1),
+        default=30_000,
+        help="gec: how many words --substitute draws from",
     )
     p.add_argument("--annotator", type=int, help="m2: one annotator (default: all)")
-    p.add_argument("--n", type=int, default=23, help="lead: how many words or turns")
+    p.add_argument("--n", type=_at_least(1), default=23, help="lead: how many words or turns")
     p.add_argument(
         "--unit", choices=["words", "turns"], default="words", help="lead: count words or turns"
     )

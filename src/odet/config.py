@@ -174,10 +174,15 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping; a missing file, malformed YAML or a key given twice in one mapping
     is a ``ConfigError``."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory, not a file")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise ConfigError(f"config file {path} is empty: no settings")
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
     except yaml.YAMLError as err:
@@ -188,7 +193,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             problem = err.problem or problem
         raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from None
     if data is None:
-        return {}
+        raise ConfigError(f"config file {path} is empty: no settings (only comments)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data

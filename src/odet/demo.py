@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from odet.data.synthetic import SyntheticTask
+from odet.io import check_output_dir, claim_output_dir
 from odet.training import TrainConfig, train
 from odet.training.metrics import MetricsLog
+from odet.training.run_dir import is_run_dir
 
 VARIANTS = {
     "euler": {"encoder_method": "euler", "decoder_method": "euler", "coefficients": "fixed"},
@@ -67,7 +69,10 @@ def run_demo(
     out: str | Path, *, task: str = "translate", epochs: int = 10, progress: bool = True
 ) -> dict[str, dict[str, float]]:
     """Train and compare the demo variants; returns ``{variant: {metric: value}}``."""
-    out = Path(out)
+    out = check_output_dir(out, "--out", owned=lambda p: any(is_run_dir(p / v) for v in VARIANTS))
+    if epochs < 1:
+        raise ValueError(f"--epochs must be >= 1, got {epochs}")
+    claim_output_dir(out, "demo")
     data_dir = out / "data"
     SyntheticTask(task, vocab_words=24, min_length=3, max_length=12, seed=0).write(
         data_dir, {"train": 6000, "valid": 300, "test": 300}

@@ -59,3 +59,80 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
 def write_bytes_atomic(path: PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` with :func:`atomic_write`."""
     atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+OUTPUT_MARKER = ".odet-output"
+"""The file odet writes into an output directory it creates (JSON: command, version, time), so a
+rerun may write there again while a user's own directory is refused."""
+
+
+class OutputPathError(ValueError):
+    """An output path odet refuses before any work: a user's file or directory, one of the
+    command's inputs, or a path that cannot be created."""
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """The first ancestor of ``path`` that exists and is not a directory (so ``path`` cannot be
+    created), or ``None``."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def check_output_file(path: PathLike, flag: str, inputs: tuple[PathLike, ...] = ()) -> Path:
+    """Refuse an output file that is a directory, one of ``inputs``, or lies under a regular
+    file; an existing file is overwritten (atomically) as asked. Nothing is written."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{flag} {path} is a directory; give a file name")
+    blocking = _blocking_file(path)
+    if blocking is not None:
+        raise OutputPathError(
+            f"{flag} {path} cannot be created: {blocking} is a file, not a directory"
+        )
+    for source in inputs:
+        if Path(source).exists() and path.resolve() == Path(source).resolve():
+            raise OutputPathError(f"{flag} {path} is an input file; refusing to overwrite it")
+    return path
+
+
+def check_output_dir(
+    path: PathLike,
+    flag: str,
+    *,
+    owned: Callable[[Path], bool] | None = None,
+) -> Path:
+    """Refuse an output directory that is a file, lies under a file, or exists with content
+    odet did not write (no ``OUTPUT_MARKER``, and not ``owned(path)``, the layout odet wrote
+    before the marker). Nothing is written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{flag} {path} exists and is not a directory; choose a new one")
+    blocking = _blocking_file(path)
+    if blocking is not None:
+        raise OutputPathError(
+            f"{flag} {path} cannot be created: {blocking} is a file, not a directory"
+        )
+    if not path.is_dir() or not any(path.iterdir()):
+        return path
+    if (path / OUTPUT_MARKER).is_file() or (owned is not None and owned(path)):
+        return path
+    raise OutputPathError(
+        f"{flag} {path} exists, is not empty and was not written by odet (no {OUTPUT_MARKER}); "
+        "choose a new directory (nothing was written)"
+    )
+
+
+def claim_output_dir(path: PathLike, command: str) -> Path:
+    """Create ``path`` and write ``OUTPUT_MARKER`` into it (once)."""
+    import json
+    from datetime import UTC, datetime
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    marker = path / OUTPUT_MARKER
+    if not marker.is_file():
+        info = {"command": command, "created": datetime.now(UTC).isoformat()}
+        write_bytes_atomic(marker, (json.dumps(info) + "\n").encode("utf-8"))
+    return path

@@ -21,21 +21,18 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from odet.data.text import DataError, PathLike
+from odet.data.text import DataError, PathLike, check_input_file
 
 
 def read_text(path: PathLike) -> str:
     """The whole of a UTF-8 text file; a missing, non-UTF-8 or empty file is a ``DataError``."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: not a file" if path.exists() else f"{path}: file not found")
-    raw = path.read_bytes()
+    raw = check_input_file(path, "text file").read_bytes()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
     if not text.strip():
-        raise DataError(f"{path}: the text is empty")
+        raise DataError(f"{path}: the text is empty (or blank)")
     return text
 
 

@@ -218,8 +218,15 @@ def parse_m2(
 
 def read_m2(path: str | Path, *, out_of_range: OutOfRange = "raise") -> list[M2Sentence]:
     """Read an M2 file (UTF-8); see `parse_m2` for ``out_of_range``."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    from odet.data.text import DataError, check_input_file
+
+    path = check_input_file(path, "M2 file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"M2 file {path} is not valid UTF-8 (byte {err.start})") from None
+    if not text.strip():
+        raise DataError(f"M2 file {path} holds no M2 sentence: it is empty")
     return parse_m2(text, source_name=str(path), out_of_range=out_of_range)
 
 

@@ -82,6 +82,25 @@ class ReadReport:
         del counts["paths"]
         return counts
 
+    def reasons(self) -> str:
+        """Why lines were skipped, in words: ``"3 blank, 1 not valid UTF-8"`` (``""`` if none)."""
+        words = {
+            "empty": "blank",
+            "invalid_utf8": "not valid UTF-8",
+            "malformed_json": "malformed JSON",
+            "missing_field": "missing a field",
+            "not_a_string": "a field not a string",
+            "beyond_limit": "beyond the limit",
+        }
+        counts = self.as_dict()
+        return ", ".join(f"{counts[k]} {w}" for k, w in words.items() if counts[k])
+
+    def nothing_usable(self) -> str:
+        """Why no line was kept: ``"is empty"`` or ``"has no usable line (3 blank)"``."""
+        if self.lines == 0:
+            return "is empty"
+        return f"has no usable line ({self.reasons()} of {self.lines})"
+
 
 @dataclass(frozen=True)
 class TextPairs:
@@ -132,17 +151,40 @@ class TextLines:
         return len(self.lines)
 
 
-def open_binary(path: PathLike) -> BinaryIO:
+def check_input_file(path: PathLike, what: str = "file") -> Path:
+    """``path`` if it is a readable regular file; else a ``DataError`` saying what it is
+    (not found, a directory, not a regular file, unreadable), naming ``what`` and the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{what} {path} is a directory, not a file")
+    if not path.exists():
+        raise DataError(f"{what} not found: {path}")
+    if not path.is_file():
+        raise DataError(f"{what} {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise DataError(f"{what} {path} cannot be read (permission denied)")
+    return path
+
+
+def open_binary(path: PathLike, what: str = "data file") -> BinaryIO:
     """Open ``path`` for binary reading, transparently decompressing gzip.
 
     Raises ``DataError`` naming the path when it does not exist or is not a file.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}")
+    path = check_input_file(path, what)
     with path.open("rb") as probe:
         compressed = probe.read(2) == _GZIP_MAGIC
     return gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[return-value]
+
+
+def read_binary(path: PathLike, what: str = "data file") -> bytes:
+    """The bytes of a plain or gzip file; a missing, unreadable or corrupt (truncated gzip)
+    file is a ``DataError`` naming ``what`` and the path."""
+    with open_binary(path, what) as handle:
+        try:
+            return handle.read()
+        except (EOFError, OSError, zlib.error):
+            raise DataError(f"{what} {path} cannot be read (corrupt or truncated gzip)") from None
 
 
 def _raw_lines(handle: BinaryIO, path: PathLike) -> Iterator[bytes]:
@@ -151,8 +193,8 @@ def _raw_lines(handle: BinaryIO, path: PathLike) -> Iterator[bytes]:
     try:
         for line in handle:
             yield line.rstrip(b"\n")
-    except (EOFError, OSError, zlib.error) as error:
-        raise DataError(f"{path} cannot be read (corrupt or truncated gzip?): {error}") from None
+    except (EOFError, OSError, zlib.error):
+        raise DataError(f"{path} cannot be read (corrupt or truncated gzip)") from None
 
 
 def _decode(raw: bytes, first: bool) -> str | None:
@@ -216,6 +258,11 @@ def read_parallel_text(source_path: PathLike, target_path: PathLike) -> TextPair
                 targets.append(tgt.strip())
                 numbers.append(number)
     if counts[0] != counts[1]:
+        sides = ((source_path, counts[0], target_path, counts[1]),
+                 (target_path, counts[1], source_path, counts[0]))  # fmt: skip
+        for empty, n, other, m in sides:
+            if n == 0:
+                raise DataError(f"{empty} is empty but {other} has {m} lines")
         raise DataError(
             f"parallel files are not line-aligned: {source_path} has {counts[0]} lines "
             f"but {target_path} has {counts[1]}"

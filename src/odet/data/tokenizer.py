@@ -137,14 +137,19 @@ class Tokenizer:
         processor = spm.SentencePieceProcessor()
         try:
             processor.LoadFromSerializedProto(model_proto)
-        except (RuntimeError, OSError) as error:
-            raise ValueError(f"not a SentencePiece model proto: {error}") from error
+        except (RuntimeError, OSError):
+            raise ValueError("not a SentencePiece model proto (corrupt or truncated)") from None
         return cls(processor)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Tokenizer:
         """Load a ``.model`` file written by ``save`` (or by SentencePiece with odet's ids)."""
-        return cls.from_bytes(Path(path).read_bytes())
+        try:
+            return cls.from_bytes(Path(path).read_bytes())
+        except ValueError:
+            raise ValueError(
+                f"tokenizer {path} is not a SentencePiece model (corrupt or truncated)"
+            ) from None
 
     def to_bytes(self) -> bytes:
         """The serialized model proto; ``Tokenizer.from_bytes`` restores an identical tokenizer."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from odet.data.m2 import read_m2
-from odet.data.text import DataError, open_binary, read_lines
+from odet.data.text import DataError, check_input_file, read_binary, read_lines
 from odet.evaluation.gec import corpus_gleu, m2_score
 from odet.evaluation.rouge import corpus_rouge
 from odet.evaluation.translation import (
@@ -21,17 +21,25 @@ from odet.evaluation.translation import (
 METRICS = ("bleu", "chrf", "rouge", "gleu", "m2")
 
 
-def read_all_lines(path: str | Path) -> list[str]:
+def read_all_lines(path: str | Path, what: str = "file") -> list[str]:
     """Every line of a (plain or gzip) file, empty ones included: hypotheses stay aligned."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
-    with open_binary(path) as handle:
-        raw = handle.read()
+    path = check_input_file(path, what)
+    raw = read_binary(path, what)
     try:
         return raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as err:
-        raise DataError(f"{path} is not valid UTF-8 (byte {err.start})") from None
+        raise DataError(f"{what} {path} is not valid UTF-8 (byte {err.start})") from None
+
+
+def read_scored_lines(path: str | Path, what: str) -> list[str]:
+    """``read_all_lines``, refused when there is nothing to score: an empty file, or one whose
+    every line is blank (``what`` names the flag in the message)."""
+    lines = read_all_lines(path, what)
+    if not lines:
+        raise DataError(f"{what} {path} is empty: there is nothing to score")
+    if not any(line.strip() for line in lines):
+        raise DataError(f"{what} {path} has only blank lines: there is nothing to score")
+    return lines
 
 
 def _aligned(hyp_path: str, hyps: list[str], others: dict[str, list[str]]) -> None:
@@ -70,9 +78,7 @@ def evaluate_files(
             f"--baseline needs one file per --hyp file: got {len(baseline)} for {len(hyp_paths)}"
         )
     hyp = hyp_paths[0]
-    hyps = read_all_lines(hyp)
-    if not hyps:
-        raise DataError(f"{hyp} is empty: there is nothing to score")
+    hyps = read_scored_lines(hyp, "--hyp")
     if metric == "m2":
         if len(refs) != 1:
             raise DataError("--metric m2 takes exactly one reference: the gold M2 file")
@@ -86,7 +92,7 @@ def evaluate_files(
             "f0.5": m2.f_score,
             "text": f"M2 P {m2.precision:.2f} R {m2.recall:.2f} F{m2.beta:g} {m2.f_score:.2f}",
         }
-    ref_lines = {path: read_all_lines(path) for path in refs}
+    ref_lines = {path: read_scored_lines(path, "--ref") for path in refs}
     _aligned(hyp, hyps, ref_lines)
     references = [list(group) for group in zip(*ref_lines.values())]
     if metric == "bleu":
@@ -109,7 +115,7 @@ def evaluate_files(
         }
     if source is None:
         raise DataError("--metric gleu needs --src (the uncorrected source sentences)")
-    sources = read_all_lines(source)
+    sources = read_scored_lines(source, "--src")
     _aligned(hyp, hyps, {source: sources})
     gleu = corpus_gleu(sources, hyps, references)
     return {
@@ -120,10 +126,12 @@ def evaluate_files(
     }
 
 
-def _joined(paths: Sequence[str], ref_lines: dict[str, list[str]]) -> list[str]:
+def _joined(
+    paths: Sequence[str], ref_lines: dict[str, list[str]], what: str = "--hyp"
+) -> list[str]:
     lines: list[str] = []
     for path in paths:
-        hyps = read_all_lines(path)
+        hyps = read_scored_lines(path, what)
         _aligned(path, hyps, ref_lines)
         lines += hyps
     return lines
@@ -156,7 +164,7 @@ def _bleu(
         "text": f"{label}{joined} = {result.score:.2f} ({result.signature})",
     }
     if baseline_paths:
-        base = _joined(baseline_paths, ref_lines)
+        base = _joined(baseline_paths, ref_lines, "--baseline")
         if tokenized:
             base = [tokenize_13a_lower(b) for b in base]
         test = paired_bleu_test(

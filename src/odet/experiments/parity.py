@@ -56,6 +56,7 @@ from odet.data.parity import (
     ParityTaskConfig,
     make_parity_splits,
 )
+from odet.io import check_output_dir, claim_output_dir
 from odet.models.classifier import (
     ClassifierConfig,
     SequenceClassifier,
@@ -332,8 +333,10 @@ def run_parity(
     for seed in seeds or ():
         check(seed in config.run_seeds, f"seed {seed} is not among the config's seeds "
               f"{list(config.run_seeds)}")  # fmt: skip
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out_dir, "--out", owned=lambda p: (p / "runs").is_dir())
+    for variant in config.variants:  # every variant's model config checks before training
+        config.classifier_config(variant)
+    claim_output_dir(out, "parity")
     splits = make_parity_splits(config.task)
     results = []
     for variant in config.variants:

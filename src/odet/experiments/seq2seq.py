@@ -33,9 +33,12 @@ from odet.config import check, check_types, from_dict, load_yaml
 from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, tokenized_bleu
 from odet.evaluation.files import read_all_lines
 from odet.inference import Translator, load_model_and_tokenizers
+from odet.io import check_output_dir, claim_output_dir
 from odet.training import load_train_config, train
 from odet.training.average import average_checkpoints
 from odet.training.metrics import MetricsLog
+from odet.training.prepare import check_data_files
+from odet.training.run_dir import is_run_dir
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,21 @@ def run_experiment(
     """
     chosen_variants = _select(variants, list(config.variants), "variant")
     chosen_seeds = _select(seeds, list(config.seeds), "seed")
-    for variant in chosen_variants:  # validate every run's config before training any
-        load_train_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
+    out = check_output_dir(config.output_dir, "experiment.output_dir", owned=_has_runs)
+    for variant in chosen_variants:  # validate every run's config and data before training any
+        run_config = load_train_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
+        check_data_files(run_config.data)
+    claim_output_dir(out, "experiment")
     for seed in chosen_seeds:
         for variant in chosen_variants:
             _train(config, variant, seed, progress)
             write_report(config, finished_results(config))
     return finished_results(config)
+
+
+def _has_runs(out: Path) -> bool:
+    """Whether ``out`` holds a run of an experiment (the layout written before the marker)."""
+    return any(is_run_dir(run) for run in out.glob("*/seed*"))
 
 
 def finished_results(config: ExperimentConfig) -> list[RunResult]:

@@ -49,6 +49,16 @@ class GenerationConfig:
         check(self.beam_size >= 1, "generation.beam_size must be >= 1")
         check(self.max_len_a >= 0 and self.max_len_b >= 0, "generation.max_len_a/b must be >= 0")
         check(self.min_len >= 0, "generation.min_len must be >= 0")
+        check(
+            self.max_len_a > 0 or self.max_len_b > 0,
+            "generation.max_len_a and max_len_b are both 0: no output token would be allowed; "
+            "raise one of them",
+        )
+        check(
+            self.max_len_a > 0 or self.min_len <= self.max_len_b,
+            f"generation.min_len {self.min_len} > max_len_b {self.max_len_b} with max_len_a 0: "
+            "every output would be cut before its minimum length",
+        )
         check(self.no_repeat_ngram_size >= 0, "generation.no_repeat_ngram_size must be >= 0")
         check(self.batch_tokens >= 16, "generation.batch_tokens must be >= 16")
         check(self.temperature > 0, "generation.temperature must be > 0")

@@ -82,6 +82,29 @@ def read_model_config(path: str | Path, *, model_type: str) -> dict[str, Any]:
     return header["config"]
 
 
+def _check_shapes(model: nn.Module, weights: Path) -> None:
+    """Refuse weights whose tensor shapes differ from the model its config builds: they belong
+    to a model of another shape (a readable file, so not "corrupt")."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError, RuntimeError):
+        raise CheckpointError(
+            f"{weights} is corrupt or unreadable (truncated, or not safetensors)"
+        ) from None
+    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    differ = [k for k in expected if k in shapes and shapes[k] != expected[k]]
+    if differ:
+        key = differ[0]
+        raise CheckpointError(
+            f"{weights} holds the weights of another model shape than its config.json: {key} is "
+            f"{list(shapes[key])}, the config builds {list(expected[key])} ({len(differ)} "
+            "tensor(s) differ)"
+        )
+
+
 def load_model_dir(
     path: str | Path,
     *,
@@ -95,12 +118,15 @@ def load_model_dir(
     weights = path / WEIGHTS_NAME
     if not weights.is_file():
         raise CheckpointError(f"{path} is incomplete: {WEIGHTS_NAME} is missing")
+    _check_shapes(model, weights)
     try:
         missing, unexpected = load_model(
             model, str(weights), strict=False, device=str(map_location)
         )
-    except (SafetensorError, OSError, RuntimeError) as err:
-        raise CheckpointError(f"{weights} is corrupt or unreadable: {err}") from None
+    except (SafetensorError, OSError, RuntimeError):
+        raise CheckpointError(
+            f"{weights} is corrupt or unreadable (truncated, or not safetensors)"
+        ) from None
     if missing or unexpected:
         raise CheckpointError(
             f"{weights} does not match the model config: missing {sorted(missing)}, "

@@ -41,6 +41,7 @@ from nltk.tokenize import TreebankWordTokenizer
 from odet.data.gec_noise import GECNoise, NoiseConfig, error_types_for
 from odet.data.m2 import OutOfRange, read_m2_parallel
 from odet.data.text import DataError, PathLike, read_jsonl_pairs, read_lines
+from odet.io import check_output_dir, claim_output_dir
 
 __all__ = [
     "JFLEG_NOISE",
@@ -123,6 +124,8 @@ def clean_sentences(
     name = Path(path).name
     if name.endswith((".jsonl", ".jsonl.gz")):
         pairs = read_jsonl_pairs(path, "dialogue", "summary")
+        if not len(pairs):
+            raise DataError(f"{path} {pairs.report.nothing_usable()}")
         rng = random.Random(seed)
         sentences: list[str] = []
         for dialogue, summary in pairs:
@@ -138,6 +141,8 @@ def clean_sentences(
         )
         return sentences, report
     lines = read_lines(path)
+    if not len(lines):
+        raise DataError(f"{path} {lines.report.nothing_usable()}")
     report = CleanSourceReport(
         str(path), "lines", lines.report.lines, lines.report.skipped, len(lines)
     )
@@ -254,6 +259,7 @@ def build_gec_data(
     words = tuple(vocabulary)
     if substitute > 0 and not words:
         raise ValueError("substitute > 0 needs a vocabulary to draw the substitutes from")
+    out = check_output_dir(out_dir, "--out", owned=lambda p: (p / "report.json").is_file())
     inputs, tokenized = [], []
     for path in clean_files:
         sentences, report = clean_sentences(path, seed=seed, dialogue_turns=dialogue_turns)
@@ -295,8 +301,7 @@ def build_gec_data(
             targets.append(sentence)
             unchanged += not corruption.errors
             errors.update(corruption.types)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output_dir(out, "prepare gec")
     src_path, tgt_path = out / "train.src", out / "train.tgt"
     _write_lines(src_path, sources)
     _write_lines(tgt_path, targets)

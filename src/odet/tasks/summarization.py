@@ -143,7 +143,8 @@ def read_dialogsum(
     raw = read_jsonl_pairs(path, source_field, target_field, strict=strict)
     if not len(raw):
         raise DataError(
-            f"{path} has no usable {source_field!r}/{target_field!r} record: {raw.report.as_dict()}"
+            f"{path} has no usable {source_field!r}/{target_field!r} record "
+            f"({raw.report.reasons() or 'the file is empty'})"
         )
     dialogues = tuple(flatten_dialogue(d) for d in raw.source)
     summaries = tuple(flatten_dialogue(s) for s in raw.target)

@@ -17,6 +17,9 @@ def check_average_out(out: Path) -> None:
     """Refuse an ``--out`` that exists and is not an empty directory (a checkpoint, a run, any
     file or folder of the user's): averaging never overwrites."""
     if not out.exists():
+        for parent in out.parents:
+            if parent.exists() and not parent.is_dir():
+                raise ValueError(f"--out {out} cannot be created: {parent} is a file")
         return
     if not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory; choose a new directory")

@@ -50,11 +50,22 @@ def read_checked_split(data: DataConfig, split: str) -> TextPairs:
     files = getattr(data, split)
     pairs = read_split(data, files)
     if len(pairs) == 0:
-        raise DataError(
-            f"data.{split} {list(files)} has no pairs left after skipping "
-            f"{pairs.report.skipped} of {pairs.report.lines} line(s); check the files"
+        report = pairs.report
+        why = (
+            "the files are empty"
+            if report.lines == 0
+            else f"{report.skipped} of {report.lines} line(s) skipped: {report.reasons()}"
         )
+        raise DataError(f"data.{split} {list(files)} has no pairs left ({why}); check the files")
     return pairs
+
+
+def check_data_files(data: DataConfig) -> None:
+    """Read every split ``data`` names (train, valid, test): each must exist, be aligned and
+    keep a pair (``read_checked_split``), so a run can be refused before anything starts."""
+    for split in ("train", "valid", "test"):
+        if getattr(data, split):
+            read_checked_split(data, split)
 
 
 def read_valid_split(data: DataConfig) -> TextPairs | None:
