@@ -4,12 +4,16 @@ flags of ``odet generate``. Model-agnostic; :class:`odet.inference.Translator` a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from odet.config import check, check_types
 from odet.generation.strategies import SearchStrategy, StrategyName, make_strategy
 
-__all__ = ["GenerationConfig"]
+__all__ = ["DECODE_PRECISIONS", "DecodePrecision", "GenerationConfig"]
+
+DecodePrecision = Literal["fp32", "bf16", "int8"]
+"""Training precisions plus ``"int8"`` (decoding only: :mod:`odet.nn.quantization`)."""
+DECODE_PRECISIONS: tuple[DecodePrecision, ...] = get_args(DecodePrecision)
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,11 @@ class GenerationConfig:
     """Seed of the sampler's random generator (``"sample"``)."""
     batch_tokens: int = 4096
     """Most padded source tokens per decoding batch."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """Decode with the model as is, or with a bfloat16 copy (scores still summed in fp32)."""
+    precision: DecodePrecision = "fp32"
+    """Decode with the model as is, a bfloat16 copy, or an ``"int8"`` copy whose attention,
+    feed-forward and output-projection matmuls run in int8 (CPU only; ``odet generate`` and
+    the Python API, not training-time validation; :mod:`odet.nn.quantization`). Scores are
+    summed in fp32."""
 
     def __post_init__(self) -> None:
         check_types(self)
