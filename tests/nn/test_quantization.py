@@ -70,3 +70,16 @@ def test_int8_copy_rejects_what_it_cannot_quantise():
         int8_copy(model.to(torch.bfloat16))
     assert int8_supported(torch.device("cpu")) is None
     assert "CPU only" in (int8_supported(torch.device("cuda")) or "")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_int8_linear_rescales_the_exact_int32_product(dtype):
+    linear = _linear().to(dtype)
+    layer = Int8Linear.from_linear(linear)
+    x = torch.randn(9, 64, dtype=dtype)
+    rows_scale = torch.maximum(x.amax(1, keepdim=True), -x.amin(1, keepdim=True)) / 127
+    q = (x * rows_scale.reciprocal()).round().to(torch.int64)
+    product = (q @ layer.weight_t.to(torch.int64)).to(dtype)
+    expected = product * rows_scale * layer.weight_scale + layer.bias
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), expected, atol=0, rtol=0)

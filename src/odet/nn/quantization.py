@@ -65,7 +65,12 @@ class Int8Linear(nn.Module):
         peak = torch.maximum(rows.amax(dim=1, keepdim=True), rows.amin(dim=1, keepdim=True).neg_())
         scale = peak.clamp_min_(_TINY).div_(_QMAX)
         q = (rows * scale.reciprocal()).round_().to(torch.int8)  # few full-size temporaries
-        y = torch._int_mm(q, self.weight_t).mul(scale.to(x.dtype)).mul_(self.weight_scale)
+        acc = torch._int_mm(q, self.weight_t)
+        if x.dtype == torch.float32:  # rescale into the int32 buffer: one full-size output less
+            y = torch.mul(acc, scale, out=acc.view(torch.float32))
+        else:
+            y = acc.mul(scale)
+        y.mul_(self.weight_scale)
         if self.bias is not None:
             y.add_(self.bias)
         return y.view(*x.shape[:-1], self.out_features)
