@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one untimed)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--limit", type=int, help="the first N sentences only")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         name: Translator(VARIANTS[name](model), tokenizers, config) for name in args.variants
     }
     sources, refs = read_all_lines(args.src), read_all_lines(args.ref)
+    if args.limit:
+        sources, refs = sources[: args.limit], refs[: args.limit]
     hyps: dict[str, list[str]] = {}
     seconds: dict[str, list[float]] = {name: [] for name in translators}
     names = list(translators)
