@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     model, tokenizers = load_model_and_tokenizers(args.model)
+    model.eval()
     eos = model.config.eos_id
     encoded = [[*tokenizers.source.encode(s), eos] for s in read_all_lines(args.src)[: args.n]]
     print(f"{args.n} sentences, batches of {args.batch}, beam {args.beam}")

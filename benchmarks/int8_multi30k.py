@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     config = from_dict(GenerationConfig, data["generation"], where="generation")
     config = replace(config, precision="fp32")  # the variants are built here
     model, tokenizers = load_model_and_tokenizers(args.model)
+    model.eval()
     translators = {
         name: Translator(VARIANTS[name](model), tokenizers, config) for name in args.variants
     }

@@ -19,7 +19,9 @@ DECODE_PRECISIONS: tuple[DecodePrecision, ...] = get_args(DecodePrecision)
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to decode: the search, its length limits, and how a decoding run is batched and in
-    which precision it runs (see benchmarks/RESULTS.md for the speed of ``"bf16"``)."""
+    which precision it runs. ``"int8"`` quantises attention, feed-forward and the output
+    projection (:mod:`odet.nn.quantization`); training configs refuse it. Speeds of ``"bf16"``
+    and ``"int8"``: benchmarks/RESULTS.md."""
 
     strategy: StrategyName = "beam"
     """Search strategy: ``"beam"``, ``"greedy"`` or ``"sample"`` (``make_strategy``)."""
@@ -46,10 +48,7 @@ class GenerationConfig:
     batch_tokens: int = 4096
     """Most padded source tokens per decoding batch."""
     precision: DecodePrecision = "fp32"
-    """Decode with the model as is, a bfloat16 copy, or an ``"int8"`` copy whose attention,
-    feed-forward and output-projection matmuls run in int8 (CPU only; ``odet generate`` and
-    the Python API, not training-time validation; :mod:`odet.nn.quantization`). Scores are
-    summed in fp32."""
+    """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training)."""
 
     def __post_init__(self) -> None:
         check_types(self)
