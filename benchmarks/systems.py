@@ -9,6 +9,11 @@ Peers (random init, never downloaded):
   norm per stack) and a ``final_logits_bias`` buffer.
 - ``torch-transformer``: ``torch.nn.Transformer(norm_first=True)`` with the same embeddings,
   positions and tied output projection around it.
+- ``odet-euler-int8`` (generation only): ``odet generate --precision int8``, the model copy of
+  ``odet.inference.inference_model`` (int8 weights, per-row int8 activations,
+  ``odet.nn.quantization``); ``odet-euler-int8-qdyn``: the ablation with PyTorch's
+  ``torch.ao.quantization.quantize_dynamic`` on the same layers (one activation scale per
+  tensor).
 - ``ct2-marian`` / ``ct2-marian-int8`` (generation only): that HF Marian converted to
   CTranslate2 (``ctranslate2``, the optional ``bench`` extra) with its own Marian loader over a
   synthetic vocabulary, decoded by ``ctranslate2.Translator`` in ``float32`` / ``int8``.
@@ -19,9 +24,11 @@ Every system is trained with the same loss (token cross-entropy, padding ignored
 
 from __future__ import annotations
 
+import copy
 import math
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -32,10 +39,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from odet.inference import INT8_ALSO, inference_model
 from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.nn import sinusoidal_table
 from odet.nn.dropout import Dropout
 from odet.nn.precision import autocast_bf16
+from odet.nn.quantization import int8_layer_names
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DROPOUT = 0.1
@@ -429,11 +438,31 @@ Generate = Callable[[Tensor, int], list[list[int]]]
 """``(src (B, S), beam_size) -> B token lists``, each exactly ``gen_tokens`` long."""
 
 
+def quantize_dynamic_copy(model: Seq2Seq, also: tuple[str, ...] = INT8_ALSO) -> Seq2Seq:
+    """Ablation of ``precision="int8"``: the same layers through PyTorch's
+    ``torch.ao.quantization.quantize_dynamic`` (int8 weights, one activation scale per input
+    tensor, so outputs depend on the batch and on the cached / uncached path)."""
+    from torch.ao.quantization import quantize_dynamic
+
+    names = set(int8_layer_names(model, also))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantize_per_tensor", category=UserWarning)
+        return quantize_dynamic(copy.deepcopy(model).eval(), names, dtype=torch.qint8)
+
+
 def _odet_generate(
-    method: str, preallocate: bool = True, dtype: torch.dtype = torch.float32
+    method: str,
+    preallocate: bool = True,
+    dtype: torch.dtype = torch.float32,
+    int8: str | None = None,
 ) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
         model = odet_model(size, method).eval().to(dtype)
+        if int8 == "odet":
+            model = inference_model(model, "int8")
+        elif int8 == "qdyn":
+            model = quantize_dynamic_copy(model)
         if not preallocate:  # ablation: the concatenating KV cache
             init_state = model.init_state
 
@@ -588,6 +617,8 @@ GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-rk2": _odet_generate("rk2"),
     "odet-euler-concat-cache": _odet_generate("euler", preallocate=False),
     "odet-euler-bf16": _odet_generate("euler", dtype=torch.bfloat16),
+    "odet-euler-int8": _odet_generate("euler", int8="odet"),
+    "odet-euler-int8-qdyn": _odet_generate("euler", int8="qdyn"),
     "hf-marian": _marian_generate,
     "hf-marian-bf16": lambda size: _marian_generate(size, torch.bfloat16),
     "ct2-marian": _ct2_generate("float32"),

@@ -75,6 +75,15 @@ def test_generate_reads_stdin_and_keeps_empty_lines(trained, tmp_path, monkeypat
     assert "1 empty line(s)" in captured.err
 
 
+def test_generate_decodes_in_int8(trained, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("ka lo\nmi ne\n")
+    out = tmp_path / "out.txt"
+    argv = ["generate", str(trained), "-i", str(source), "-o", str(out), "--no-progress"]
+    assert main([*argv, "--precision", "int8"]) == 0
+    assert len(out.read_text().splitlines()) == 2
+
+
 def test_evaluate_prints_bleu_with_its_signature(tmp_path, capsys):
     (tmp_path / "h").write_text("the cat sat on the mat\n")
     (tmp_path / "r").write_text("the cat sat on the mat\n")

@@ -514,8 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--precision",
-        choices=["fp32", "bf16"],
-        help="bf16: a bf16 copy of the model, 1.4-2.6x faster where the CPU has bf16 units",
+        choices=["fp32", "bf16", "int8"],
+        help="bf16: a bf16 copy of the model, 1.4-2.6x faster where the CPU has bf16 units; "
+        "int8: a copy with int8 linear layers (CPU only; benchmarks/RESULTS.md)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -45,6 +45,10 @@ def test_tiny_config_round_trips_through_yaml(tmp_path):
             {"train": {"precision": "fp16"}},
             r"precision = 'fp16' \(str\) is invalid; expected 'fp32' \| 'bf16'",
         ),
+        (
+            {"generation": {"precision": "int8"}},
+            r"generation.precision int8 is for odet generate only",
+        ),
     ],
 )
 def test_bad_configs_are_rejected_naming_the_key(tmp_path, change, message):

@@ -19,7 +19,7 @@ Example::
     best_tokens = [nbest[0].tokens for nbest in hyps]
 """
 
-from odet.generation.config import GenerationConfig
+from odet.generation.config import DECODE_PRECISIONS, DecodePrecision, GenerationConfig
 from odet.generation.decoder import IncrementalDecoder
 from odet.generation.loop import Hypothesis, generate
 from odet.generation.strategies import (
@@ -36,8 +36,10 @@ from odet.generation.strategies import (
 )
 
 __all__ = [
+    "DECODE_PRECISIONS",
     "STRATEGIES",
     "BeamSearch",
+    "DecodePrecision",
     "GenerationConfig",
     "Greedy",
     "Hypothesis",

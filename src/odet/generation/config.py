@@ -4,18 +4,24 @@ flags of ``odet generate``. Model-agnostic; :class:`odet.inference.Translator` a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from odet.config import check, check_types
 from odet.generation.strategies import SearchStrategy, StrategyName, make_strategy
 
-__all__ = ["GenerationConfig"]
+__all__ = ["DECODE_PRECISIONS", "DecodePrecision", "GenerationConfig"]
+
+DecodePrecision = Literal["fp32", "bf16", "int8"]
+"""Training precisions plus ``"int8"`` (decoding only: :mod:`odet.nn.quantization`)."""
+DECODE_PRECISIONS: tuple[DecodePrecision, ...] = get_args(DecodePrecision)
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to decode: the search, its length limits, and how a decoding run is batched and in
-    which precision it runs (see benchmarks/RESULTS.md for the speed of ``"bf16"``)."""
+    which precision it runs. ``"int8"`` quantises attention, feed-forward and the output
+    projection (:mod:`odet.nn.quantization`); training configs refuse it. Speeds of ``"bf16"``
+    and ``"int8"``: benchmarks/RESULTS.md."""
 
     strategy: StrategyName = "beam"
     """Search strategy: ``"beam"``, ``"greedy"`` or ``"sample"`` (``make_strategy``)."""
@@ -41,8 +47,8 @@ class GenerationConfig:
     """Seed of the sampler's random generator (``"sample"``)."""
     batch_tokens: int = 4096
     """Most padded source tokens per decoding batch."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """Decode with the model as is, or with a bfloat16 copy (scores still summed in fp32)."""
+    precision: DecodePrecision = "fp32"
+    """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training)."""
 
     def __post_init__(self) -> None:
         check_types(self)

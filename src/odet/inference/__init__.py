@@ -12,16 +12,20 @@ Example::
 
 from odet.inference.checkpoint import read_index, resolve_model_dir, verify_checkpoint
 from odet.inference.translator import (
+    INT8_ALSO,
     TranslationReport,
     Translator,
     generation_defaults,
+    inference_model,
     load_model_and_tokenizers,
 )
 
 __all__ = [
+    "INT8_ALSO",
     "TranslationReport",
     "Translator",
     "generation_defaults",
+    "inference_model",
     "load_model_and_tokenizers",
     "read_index",
     "resolve_model_dir",

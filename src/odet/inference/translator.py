@@ -19,14 +19,17 @@ from tqdm import tqdm
 
 from odet.config import from_dict
 from odet.data import TokenizerPair, pad_tokens
-from odet.generation import GenerationConfig
+from odet.generation import DecodePrecision, GenerationConfig
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
 from odet.models import Seq2Seq
+from odet.nn.quantization import int8_copy
 
 __all__ = [
+    "INT8_ALSO",
     "TranslationReport",
     "Translator",
     "generation_defaults",
+    "inference_model",
     "load_model_and_tokenizers",
 ]
 
@@ -131,11 +134,22 @@ class Translator:
         return outputs
 
     def _inference_model(self) -> Seq2Seq:
-        """The model in the configured precision; a bf16 copy leaves ``self.model`` untouched,
-        since the trainer validates with the model it is training."""
-        if self.config.precision == "bf16" and _dtype(self.model) != torch.bfloat16:
-            return copy.deepcopy(self.model).to(torch.bfloat16)
-        return self.model
+        return inference_model(self.model, self.config.precision)
+
+
+INT8_ALSO: tuple[str, ...] = ("output_projection",)
+"""Layers quantised by ``precision="int8"`` beside attention and feed-forward (see
+``results/multi30k/int8`` for the choice)."""
+
+
+def inference_model(model: Seq2Seq, precision: DecodePrecision) -> Seq2Seq:
+    """``model`` at a decoding precision: itself (fp32), or a bf16 or int8 copy that leaves
+    ``model`` untouched, since the trainer validates with the model it is training."""
+    if precision == "bf16" and _dtype(model) != torch.bfloat16:
+        return copy.deepcopy(model).to(torch.bfloat16)
+    if precision == "int8":
+        return int8_copy(model, INT8_ALSO)
+    return model
 
 
 def _dtype(model: torch.nn.Module) -> torch.dtype:

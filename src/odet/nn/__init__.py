@@ -14,6 +14,7 @@ from odet.nn.fields import (
     FieldSpec,
 )
 from odet.nn.precision import PRECISIONS, Precision, autocast_bf16, precision_context
+from odet.nn.quantization import Int8Linear, int8_copy
 from odet.nn.relative import PositionScheme, RelativePositions, relative_attention
 from odet.nn.state import DecoderState
 from odet.nn.time import TIME_CONDITIONINGS, TimeConditionedEncoderField, TimeConditioning
@@ -34,6 +35,7 @@ __all__ = [
     "FieldConvention",
     "FieldOutput",
     "FieldSpec",
+    "Int8Linear",
     "KVCache",
     "PositionScheme",
     "Precision",
@@ -45,6 +47,7 @@ __all__ = [
     "TokenEmbedding",
     "attention_mask",
     "autocast_bf16",
+    "int8_copy",
     "precision_context",
     "relative_attention",
     "sinusoidal_table",

@@ -252,6 +252,11 @@ class TrainConfig:
             f"{self.train.max_updates}",
         )
         check(
+            self.generation.precision != "int8",
+            "generation.precision int8 is for odet generate only; training validates and tests "
+            "in fp32 or bf16",
+        )
+        check(
             not self.optim.arclength_weight
             or (model.encoder_method == "continuous" and model.continuous.arclength),
             "optim.arclength_weight > 0 needs model.encoder_method: continuous with "

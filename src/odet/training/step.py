@@ -21,6 +21,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from odet.data import Batch
+from odet.generation import DecodePrecision
 from odet.nn.precision import Precision, autocast_bf16, precision_context
 from odet.training.checkpoint import TrainerState
 from odet.training.config import LoopConfig, OptimConfig
@@ -44,10 +45,12 @@ class ForwardPrecision:
         return cls(train.precision, device.type, math_sdpa=train.bf16_sdpa == "math")
 
     @classmethod
-    def for_evaluation(cls, precision: Precision, device: torch.device) -> ForwardPrecision:
+    def for_evaluation(cls, precision: DecodePrecision, device: torch.device) -> ForwardPrecision:
         """Validation and test passes run at ``generation.precision`` (fp32 by default),
         whatever the training precision, so that runs trained in fp32 and bf16 are evaluated
-        alike."""
+        alike; ``"int8"`` is for decoding only (``TrainConfig`` rejects it)."""
+        if precision == "int8":
+            raise ValueError("generation.precision int8 is for decoding only, not for training")
         return cls(precision, device.type)
 
     def context(self) -> AbstractContextManager[None]:
