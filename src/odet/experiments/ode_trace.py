@@ -21,6 +21,7 @@ random-number state saved and restored, so a traced run takes the same steps as 
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import time
@@ -36,7 +37,7 @@ from torch import Tensor, nn
 from odet.blocks.continuous import ContinuousStack
 from odet.ode import SolveResult
 
-__all__ = ["SolveTracer", "field_weight_norms", "read_trace"]
+__all__ = ["SolveTracer", "field_weight_norms", "first_nonfinite_step", "plot_traces", "read_trace"]
 
 
 def field_weight_norms(field: nn.Module) -> dict[str, dict[str, float | None]]:
@@ -261,6 +262,92 @@ def maybe_trace(model: nn.Module, path: str | Path | None) -> Iterator[SolveTrac
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:
-    """The lines of a trace file written by :class:`SolveTracer`."""
-    with Path(path).open(encoding="utf-8") as fh:
+    """The lines of a trace file written by :class:`SolveTracer` (gzipped if ``*.gz``)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+_PANELS: tuple[tuple[str, str, bool], ...] = (
+    ("cross_entropy", "training cross-entropy", False),
+    ("grad_norm", "gradient norm before clipping", True),
+    ("weight_spectral_max", "largest spectral norm of the field's weights", False),
+    ("y_norm_end", "‖y(t_end)‖ (state at the end)", True),
+    ("f_norm_t0", "‖F(t0, y0)‖", True),
+    ("f_norm_end", "‖F(t_end, y(t_end))‖", True),
+    ("nfe_mean", "forward NFE per sample (mean)", False),
+    ("rejected_mean", "rejected steps per sample (mean)", False),
+    ("backward_nfe", "backward field evaluations", False),
+)
+"""The trace plot's panels: (key of a line or of its first solve, title, log scale)."""
+
+
+def _series(lines: list[dict[str, Any]], key: str) -> list[float]:
+    values = []
+    for line in lines:
+        value = line[key] if key in line else line["solves"][0].get(key)
+        if not line["params_finite"]:
+            value = None
+        values.append(math.nan if value is None else float(value))
+    return values
+
+
+def first_nonfinite_step(lines: list[dict[str, Any]]) -> int | None:
+    """The first step whose gradient norm (before clipping) was inf or NaN, if any."""
+    return next((line["step"] for line in lines if not line["grad_finite"]), None)
+
+
+def plot_traces(traces: dict[str, str | Path], out: str | Path, *, title: str = "") -> None:
+    """One figure of :data:`_PANELS` over training steps, a line per trace (``label: path``);
+    a dotted vertical line marks each trace's first non-finite gradient, and steps taken with
+    non-finite parameters are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 3, figsize=(13, 9), dpi=80)
+    for label, path in traces.items():
+        lines = read_trace(path)
+        steps = [line["step"] for line in lines]
+        bad = first_nonfinite_step(lines)
+        for ax, (key, _, _) in zip(axes.flat, _PANELS, strict=True):
+            (drawn,) = ax.plot(steps, _series(lines, key), linewidth=1, label=label)
+            if bad is not None:
+                ax.axvline(bad, color=drawn.get_color(), linestyle=":", linewidth=1)
+    for ax, (_, name, log) in zip(axes.flat, _PANELS, strict=True):
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("training step", fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.tick_params(labelsize=7)
+    axes.flat[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m odet.experiments.ode_trace OUT.png LABEL=TRACE.jsonl ... [--title T]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="plot SolveTracer traces side by side")
+    parser.add_argument("out", help="the PNG to write")
+    parser.add_argument("traces", nargs="+", metavar="LABEL=PATH", help="traces to plot")
+    parser.add_argument("--title", default="")
+    args = parser.parse_args(argv)
+    traces = {}
+    for item in args.traces:
+        label, sep, path = item.partition("=")
+        if not sep:
+            parser.error(f"expected LABEL=PATH, got {item!r}")
+        traces[label] = path
+    plot_traces(traces, args.out, title=args.title)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
