@@ -211,3 +211,18 @@ def test_a_variant_training_override_changes_only_that_variant():
     assert config.training_config(wd).weight_decay == 0.1
     assert config.training_config(wd).steps == config.training.steps
     assert run_key(config, plain, 0) != run_key(config, wd, 0)
+
+
+def test_traces_plot_and_read_gzipped(tmp_path):
+    import gzip
+
+    from odet.experiments.ode_trace import first_nonfinite_step, plot_traces
+
+    _run(tmp_path, "traced", _config(), trace_dir=tmp_path / "trace")
+    path = tmp_path / "trace" / "node" / "seed0.jsonl"
+    zipped = tmp_path / "seed0.jsonl.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    assert read_trace(zipped) == read_trace(path)
+    assert first_nonfinite_step(read_trace(path)) is None
+    plot_traces({"a": path, "b": zipped}, tmp_path / "trace.png", title="t")
+    assert (tmp_path / "trace.png").stat().st_size > 0

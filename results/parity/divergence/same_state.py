@@ -6,7 +6,7 @@ steps computes the gradient of that step's batch twice from the same weights: th
 step-size controller (torchode's default, what the run used) and with the step sizes detached
 (``grad_through_step_size: false``). The forward solve is the same in both. Writes
 ``same_state.csv``. Run from the repository root, on one thread:
-``OMP_NUM_THREADS=1 python results/parity/divergence/same_state.py [SEED]``.
+``OMP_NUM_THREADS=1 python results/parity/divergence/same_state.py [SEED [STEP ...]]``.
 """
 
 from __future__ import annotations
@@ -90,4 +90,5 @@ def main(seed: int = 4, at: tuple[int, ...] = (0, 50, 100, 150, 200, 220, 230, 2
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4)
+    args = [int(a) for a in sys.argv[1:]]
+    main(*args[:1], *([tuple(args[1:])] if len(args) > 1 else []))
