@@ -477,15 +477,13 @@ def _run_variant(
             grad_norm = None
             if train.grad_clip is not None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+            if grad_norm is None and (tracer is not None or train.skip_nonfinite):
+                grad_norm = _grad_norm(model)
             if tracer is not None:
-                if grad_norm is None:
-                    grad_norm = _grad_norm(model)
                 tracer.record(
                     step, loss=loss.total, cross_entropy=loss.cross_entropy,
                     grad_norm=grad_norm, model=model,
                 )  # fmt: skip
-            if train.skip_nonfinite and grad_norm is None:
-                grad_norm = _grad_norm(model)
             if train.skip_nonfinite and not bool(torch.isfinite(grad_norm)):
                 skipped += 1
             else:
