@@ -87,6 +87,34 @@ def growth_figure() -> None:
     plt.close(fig)
 
 
+def grad_vs_state_figure() -> None:
+    """Gradient norm before clipping against ‖y(t1)‖, every step of every traced run."""
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=80)
+    for variant in VARIANTS:
+        xs, ys = [], []
+        for seed in (0, 4, 1):
+            path = trace(variant, seed)
+            if path is None:
+                continue
+            for line in read_trace(path):
+                y = line["solves"][0]["y_norm_end"]
+                if not line["params_finite"] or y is None:
+                    continue
+                xs.append(y)
+                ys.append(line["grad_norm"] if line["grad_finite"] else 1e30)
+        if xs:
+            ax.scatter(xs, ys, s=3, alpha=0.6, label=variant)
+    ax.axhline(1e30, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("‖y(t1)‖ at the step (mean over the batch)")
+    ax.set_ylabel("gradient norm before clipping (1e30: inf/NaN)")
+    ax.legend(fontsize=7, markerscale=3)
+    fig.tight_layout()
+    fig.savefig(HERE / "grad_vs_state.png")
+    plt.close(fig)
+
+
 def table() -> str:
     rows = [
         "| variant | seed | acc trained | acc longer | NFE trained | arclength trained | "
@@ -123,6 +151,7 @@ def table() -> str:
 if __name__ == "__main__":
     figures()
     growth_figure()
+    grad_vs_state_figure()
     text = table()
     (HERE / "candidates.md").write_text(text + "\n", encoding="utf-8")
     print(text)
