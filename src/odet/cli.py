@@ -250,6 +250,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         seeds=args.seeds,
         variants=args.variants,
+        trace_dir=args.trace,
     )
     print((results.out_dir / "results.md").read_text(encoding="utf-8"))
     return 0
@@ -659,6 +660,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+", help="train only these of the config's seeds")
     p.add_argument("--variants", nargs="+", help="train only these variants (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="per-step solver/field/gradient trace (JSONL) of each continuous run trained now",
+    )
     for command in sub.choices.values():
         command.formatter_class = _HelpWithDefaults
     return parser

@@ -519,7 +519,7 @@ CASES: list[Case] = [
         "generate",
         "corrupt run index",
         lambda e: ["generate", _corrupt_index(e), "-i", e.text("in")],
-        r"index\.json",
+        r"holds no checkpoint that verifies",
     ),
     Case(
         "generate",

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from odet.blocks.base import StackResult
 from odet.ode import SolveResult, SolverOptions, SolveStats, SolveStatus, solve
@@ -79,7 +80,10 @@ class ContinuousStack(nn.Module):
             dz = self.field(t, z, padding_mask=padding_mask)
             return dz if keep is None else dz * keep
 
-        return solve(f, y, self.options)
+        if not any(parametrize.is_parametrized(m) for m in self.field.modules()):
+            return solve(f, y, self.options)
+        with parametrize.cached():  # one parametrised weight (e.g. spectral norm) per solve
+            return solve(f, y, self.options)
 
     def extra_repr(self) -> str:
         o = self.options

@@ -17,7 +17,9 @@ at several arclength weights ``λ`` — and writes to ``out_dir``:
   run, so that a rerun of the same command trains only what is missing (a run whose settings
   changed is trained again).
 
-Run it as ``python -m odet.experiments.parity CONFIG --out DIR [--seeds 0 1 ...]``.
+Run it as ``python -m odet.experiments.parity CONFIG --out DIR [--seeds 0 1 ...]``; with
+``--trace DIR`` every continuous run trained writes a per-step trace of its solves, field norms,
+weight norms and gradient norms (:mod:`odet.experiments.ode_trace`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from odet.data.parity import (
     ParityTaskConfig,
     make_parity_splits,
 )
+from odet.experiments.ode_trace import maybe_trace
 from odet.io import check_output_dir, claim_output_dir
 from odet.models.classifier import (
     ClassifierConfig,
@@ -68,6 +71,11 @@ from odet.ode import get_tableau
 # ------------------------------------------------------------------------------------ config
 
 
+_LATER_TRAINING_KEYS: dict[str, object] = {"skip_nonfinite": False}
+"""Training keys added after runs were saved: left out of a run's key at these values, so the
+finished runs stay reusable."""
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """Adam for ``steps`` updates on shuffled batches of the training split."""
@@ -78,6 +86,9 @@ class TrainingConfig:
     weight_decay: float = 0.0
     grad_clip: float | None = 1.0
     eval_batch_size: int = 512
+    skip_nonfinite: bool = False
+    """Skip the update of a step whose gradient norm (before clipping) is inf or NaN (the
+    run reports how many it skipped); ``False`` applies every update, as plain Adam does."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -94,12 +105,14 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class VariantConfig:
-    """One model to train: ``model`` overrides the experiment's base model keys; the loss is
+    """One model to train: ``model`` overrides the experiment's base model keys, ``training``
+    its training keys (e.g. ``weight_decay``, ``skip_nonfinite``); the loss is
     ``CE + arclength_weight · mean arclength`` (continuous encoders only)."""
 
     name: str
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
     arclength_weight: float = 0.0
+    training: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -137,7 +150,8 @@ class ParityExperimentConfig:
         for key in ("vocab_size", "pad_id"):
             check(key not in self.model, f"model.{key} is fixed by the parity task; remove it")
         for variant in self.variants:
-            config = self.classifier_config(variant)  # validates the merged keys
+            self.training_config(variant)  # validates the merged keys
+            config = self.classifier_config(variant)
             check(
                 variant.arclength_weight == 0
                 or (config.encoder_method == CONTINUOUS and config.continuous.arclength),
@@ -149,6 +163,16 @@ class ParityExperimentConfig:
     def run_seeds(self) -> tuple[int, ...]:
         """The seeds every variant is trained with."""
         return self.seeds or (self.seed,)
+
+    def training_config(self, variant: VariantConfig) -> TrainingConfig:
+        """The variant's training recipe: the experiment's, then the variant's keys."""
+        if not variant.training:
+            return self.training
+        data = {**to_dict(self.training), **variant.training}
+        try:
+            return from_dict(TrainingConfig, data, where=f"variants[{variant.name}].training")
+        except ConfigError as err:
+            raise ConfigError(str(err)) from None
 
     def classifier_config(self, variant: VariantConfig) -> ClassifierConfig:
         """The variant's model: base keys, then the variant's; continuous encoders compute the
@@ -198,7 +222,8 @@ class LengthResult:
 class VariantResult:
     """One trained variant. ``*_trained`` average the test lengths seen in training,
     ``*_longer`` the longer ones (NaN when the task has none); ``failed`` counts test samples
-    whose adaptive solve did not reach ``t1``."""
+    whose adaptive solve did not reach ``t1``; ``skipped_updates`` the training steps whose
+    update ``skip_nonfinite`` dropped."""
 
     name: str
     encoder: str
@@ -216,6 +241,7 @@ class VariantResult:
     arclength_longer: float | None
     failed: int
     per_length: tuple[LengthResult, ...]
+    skipped_updates: int = 0
 
 
 @dataclass(frozen=True)
@@ -314,6 +340,7 @@ def run_parity(
     progress: bool = True,
     seeds: Sequence[int] | None = None,
     variants: Sequence[str] | None = None,
+    trace_dir: str | Path | None = None,
 ) -> ParityResults:
     """Train and evaluate every variant of ``config`` (a YAML path or a config) with every seed,
     write the report to ``out_dir`` (created), and return the results.
@@ -322,6 +349,10 @@ def run_parity(
     so rerunning an interrupted command trains only the missing runs. ``seeds``/``variants``
     restrict what is trained now (e.g. to share the work between machines); the report covers
     every run of the config found in ``out_dir``.
+
+    ``trace_dir``: write a per-step trace of every continuous run trained now (reused runs are
+    not retrained) to ``trace_dir/<variant>/seed<k>.jsonl`` (:mod:`odet.experiments.ode_trace`);
+    tracing does not change what is trained.
     """
     config_path = None
     if not isinstance(config, ParityExperimentConfig):
@@ -347,7 +378,10 @@ def run_parity(
                 seeds is None or seed in seeds
             )
             if saved is None and wanted:
-                saved = _run_variant(config, variant, seed, splits, progress=progress)
+                trace = None
+                if trace_dir is not None and _is_continuous(config, variant):
+                    trace = Path(trace_dir) / variant.name / f"seed{seed}.jsonl"
+                saved = _run_variant(config, variant, seed, splits, progress=progress, trace=trace)
                 _save_run(out, saved, key)
             if saved is not None:
                 results.append(saved)
@@ -360,9 +394,14 @@ def run_key(config: ParityExperimentConfig, variant: VariantConfig, seed: int) -
     """A digest of the settings a run was asked for: task, training, the model keys as the
     config writes them (base, then the variant's), λ and seed. It does not depend on how the
     code spells a resolved model config, so finished runs stay reusable across refactors."""
+    training = {
+        key: value
+        for key, value in to_dict(config.training_config(variant)).items()
+        if _LATER_TRAINING_KEYS.get(key, ()) != value
+    }
     settings = {
         "task": to_dict(config.task),
-        "training": to_dict(config.training),
+        "training": training,
         "model": {**config.model, **variant.model},
         "arclength_weight": variant.arclength_weight,
         "seed": seed,
@@ -403,9 +442,10 @@ def _run_variant(
     splits: ParitySplits,
     *,
     progress: bool,
+    trace: Path | None = None,
 ) -> VariantResult:
     model_config = config.classifier_config(variant)
-    train = config.training
+    train = config.training_config(variant)
     torch.manual_seed(seed)
     model = SequenceClassifier(model_config)
     optimizer = torch.optim.Adam(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
@@ -419,26 +459,47 @@ def _run_variant(
         mininterval=1.0,
     )
     loss_value = math.nan
+    skipped = 0
     start = time.perf_counter()
     model.train()
-    for _ in bar:
-        batch = next(batches)
-        output = model(batch.tokens)
-        loss = classification_loss(output, batch.labels, arclength_weight=variant.arclength_weight)
-        optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        if train.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-        optimizer.step()
-        loss_value = float(loss.cross_entropy.detach())
-        postfix = {"ce": f"{loss_value:.3f}"}
-        if output.stats is not None:
-            postfix["nfe"] = f"{output.stats.nfe.float().mean():.1f}"
-        bar.set_postfix(postfix, refresh=False)
+    with maybe_trace(model, trace) as tracer:
+        for step in bar:
+            batch = next(batches)
+            if tracer is not None:
+                tracer.begin_step()
+            output = model(batch.tokens)
+            loss = classification_loss(
+                output, batch.labels, arclength_weight=variant.arclength_weight
+            )
+            optimizer.zero_grad(set_to_none=True)
+            if tracer is not None:
+                tracer.mark_backward()
+            loss.total.backward()
+            if tracer is not None:
+                tracer.mark_gradients(model)
+            grad_norm = None
+            if train.grad_clip is not None:
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+            if grad_norm is None and (tracer is not None or train.skip_nonfinite):
+                grad_norm = _grad_norm(model)
+            if tracer is not None:
+                tracer.record(
+                    step, loss=loss.total, cross_entropy=loss.cross_entropy,
+                    grad_norm=grad_norm, model=model,
+                )  # fmt: skip
+            if train.skip_nonfinite and not bool(torch.isfinite(grad_norm)):
+                skipped += 1
+            else:
+                optimizer.step()
+            loss_value = float(loss.cross_entropy.detach())
+            postfix = {"ce": f"{loss_value:.3f}"}
+            if output.stats is not None:
+                postfix["nfe"] = f"{output.stats.nfe.float().mean():.1f}"
+            bar.set_postfix(postfix, refresh=False)
     train_seconds = time.perf_counter() - start
     result = _evaluate(
         model, model_config, variant, splits, config, seed=seed, train_seconds=train_seconds,
-        final_loss=loss_value,
+        final_loss=loss_value, skipped_updates=skipped,
     )  # fmt: skip
     if progress:
         tqdm.write(
@@ -447,6 +508,16 @@ def _run_variant(
             f"{train_seconds:.0f} s"
         )
     return result
+
+
+def _is_continuous(config: ParityExperimentConfig, variant: VariantConfig) -> bool:
+    return config.classifier_config(variant).encoder_method == CONTINUOUS
+
+
+def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
+    """The 2-norm of all gradients (what ``clip_grad_norm_`` measures before clipping)."""
+    norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
 
 
 def _endless(data: ParityData, batch_size: int, generator: torch.Generator):
@@ -465,6 +536,7 @@ def _evaluate(
     seed: int,
     train_seconds: float,
     final_loss: float,
+    skipped_updates: int = 0,
 ) -> VariantResult:
     model.eval()
     batch_size = config.training.eval_batch_size
@@ -515,6 +587,7 @@ def _evaluate(
         arclength_longer=_mean_or_none([r.arclength for r in longer]),
         failed=failed,
         per_length=tuple(per_length),
+        skipped_updates=skipped_updates,
     )
 
 
@@ -535,7 +608,9 @@ def _describe_encoder(c: ClassifierConfig) -> str:
             if ode.fixed_steps is None
             else f"{ode.solver}×{ode.fixed_steps} fixed"
         )
-        return f"continuous {c.encoder_layers}×[{how}, t={ode.time_conditioning}]"
+        sn = ", spectral norm" if ode.spectral_norm else ""
+        sn += "" if ode.grad_through_step_size else ", dt detached"
+        return f"continuous {c.encoder_layers}×[{how}, t={ode.time_conditioning}{sn}]"
     tied = ", tied" if c.share_layers and c.encoder_layers > 1 else ""
     return f"{c.encoder_method} ×{c.encoder_layers}{tied}"
 
@@ -754,10 +829,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--variants", nargs="+", help="train only these variants")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write a per-step solver/field/gradient trace (JSONL) of every continuous run "
+        "trained now to DIR/<variant>/seed<k>.jsonl",
+    )
     args = parser.parse_args(argv)
     results = run_parity(
-        args.config, args.out, progress=not args.quiet, seeds=args.seeds, variants=args.variants
-    )
+        args.config, args.out, progress=not args.quiet, seeds=args.seeds,
+        variants=args.variants, trace_dir=args.trace,
+    )  # fmt: skip
     print((results.out_dir / "results.md").read_text(encoding="utf-8"))
     return 0
 

@@ -49,6 +49,10 @@ class ContinuousEncoderConfig(SolverOptions):
     """Layer norms before the sublayers; ``False`` is the N-ODE Transformer's field."""
     max_frequency: float = 10.0
     """Highest angular frequency of the sinusoidal time features (bounds the step size)."""
+    spectral_norm: bool = False
+    """Spectrally normalise the field's linear layers (each weight divided by its largest
+    singular value, one power iteration per training solve): bounds the growth of ``F`` with
+    ``‖y‖`` and so of ``y(t1)``; ``False`` is the N-ODE Transformer's field."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -43,6 +43,7 @@ def build_encoder(
                 time_conditioning=continuous.time_conditioning,
                 layer_norm=continuous.layer_norm,
                 max_frequency=continuous.max_frequency,
+                spectral_norm=continuous.spectral_norm,
             ),
             num_layers,
             continuous.solver_options,

@@ -148,8 +148,12 @@ class TimeConditionedEncoderField(nn.Module):
     ``F`` random, which an adaptive solver reads as error (rejected steps): keep it 0 there.
     Padded positions: attention ignores them as keys; the field's value *at* them is whatever
     the layer computes (a continuous stack zeroes it, see ``odet.blocks.continuous``).
-    ``options``: the other fields of :class:`~odet.nn.FieldSpec` (the field is ``a + f``:
-    ``convention="textbook"`` and no ``stage_norm``).
+    ``spectral_norm=True`` divides the weight of each of its linear layers (attention
+    projections, feed-forward, time conditioning) by its largest singular value, estimated by
+    one power iteration per training forward (``torch.nn.utils.parametrizations.spectral_norm``),
+    which bounds how fast ``F`` can grow with ``‖z‖``. ``options``: the other fields of
+    :class:`~odet.nn.FieldSpec` (the field is ``a + f``: ``convention="textbook"`` and no
+    ``stage_norm``).
     """
 
     def __init__(
@@ -161,6 +165,7 @@ class TimeConditionedEncoderField(nn.Module):
         time_conditioning: TimeConditioning = "none",
         layer_norm: bool = True,
         max_frequency: float = 10.0,
+        spectral_norm: bool = False,
         **options: Any,
     ) -> None:
         super().__init__()
@@ -180,6 +185,11 @@ class TimeConditionedEncoderField(nn.Module):
         self.ffn_time = make_time_conditioning(time_conditioning, d_model, max_frequency)
         self.ffn = spec.feed_forward()
         self.dropout = Dropout(spec.dropout)
+        self.spectral_norm = spectral_norm
+        if spectral_norm:
+            for module in list(self.modules()):
+                if isinstance(module, nn.Linear):
+                    nn.utils.parametrizations.spectral_norm(module)
 
     def forward(
         self, t: float | Tensor, z: Tensor, *, padding_mask: Tensor | None = None
@@ -192,4 +202,5 @@ class TimeConditionedEncoderField(nn.Module):
         return branch_sum(z, a, f)
 
     def extra_repr(self) -> str:
-        return f"time_conditioning={self.time_conditioning!r}"
+        spectral = ", spectral_norm=True" if self.spectral_norm else ""
+        return f"time_conditioning={self.time_conditioning!r}{spectral}"

@@ -191,6 +191,7 @@ class _Problem:
     max_steps: int
     first_step: float | None
     adjoint: bool
+    grad_through_step_size: bool = True
 
     @property
     def dt_min(self) -> float:
@@ -296,7 +297,10 @@ def _solve_torchode(problem: _Problem) -> _RawSolve:
     term = torchode.ODETerm(problem.field, with_stats=False)
     controller = _TrackingController(problem, t_end)
     solver = torchode.AutoDiffAdjoint(
-        _TORCHODE_STEPPERS[problem.method](term=term), controller, max_steps=problem.max_steps
+        _TORCHODE_STEPPERS[problem.method](term=term),
+        controller,
+        max_steps=problem.max_steps,
+        backprop_through_step_size_control=problem.grad_through_step_size,
     )
     dt0 = None if problem.first_step is None else z0.new_full((batch,), problem.first_step)
     solution = solver.solve(torchode.InitialValueProblem(z0, t_start, t_end), term=term, dt0=dt0)
@@ -480,6 +484,7 @@ def solve(f: VectorField, y0: Tensor, options: SolverOptions) -> SolveResult:
         field=field, z0=z0, t0=float(options.t0), t1=float(options.t1), method=options.solver,
         rtol=options.rtol, atol=options.atol, max_steps=options.max_steps,
         first_step=options.first_step, adjoint=options.adjoint,
+        grad_through_step_size=options.grad_through_step_size,
     )  # fmt: skip
     raw = _SOLVERS[options.backend](problem)
 

@@ -75,6 +75,10 @@ class SolverOptions:
     on_failure: OnFailure = "raise"
     """A failed adaptive solve raises ``SolverError`` or, with ``"flag"``, returns the state
     reached with the per-sample status flagged."""
+    grad_through_step_size: bool = True
+    """Backpropagate through the step-size controller too (torchode's default: each step size
+    is a differentiable function of the error estimates); ``False`` detaches the step sizes,
+    so gradients follow the stages of the steps taken only (torchode backend)."""
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -118,6 +122,11 @@ class SolverOptions:
             f"backsolve adjoint runs under vmap, where attention has no batching rule); use one "
             f"of {list(ADJOINT_BACKENDS)}",
         )
+        check(
+            self.grad_through_step_size or self.backend == "torchode",
+            f"{name}: grad_through_step_size=False is a torchode option; backend "
+            f"{self.backend!r} does not offer it",
+        )
         span = self.t1 - self.t0
         check(
             self.first_step is None or 0 < self.first_step <= span,
@@ -135,6 +144,10 @@ class SolverOptions:
             f"{sorted(TABLEAUS)}",
         )
         check(not self.adjoint, f"{name}.adjoint=True needs an adaptive solver (fixed_steps=None)")
+        check(
+            self.grad_through_step_size,
+            f"{name}.grad_through_step_size=False needs an adaptive solver (fixed_steps=None)",
+        )
 
     @property
     def adaptive(self) -> bool:
