@@ -3,6 +3,8 @@
 For each size: training tokens/s (forward + backward + Adam), peak memory and MFU of every
 training system; encoder-only cost ratios of every block method; generation sentences/s (greedy
 and beam) at forced lengths. Results go to JSON and, for full runs, to ``benchmarks/RESULTS.md``.
+``--lm SIZE …`` instead times odet's Euler language model against HF GPT-2
+(:mod:`benchmarks.lm`), written to ``benchmarks/lm_results.json`` and printed as Markdown rows.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import torch
 
 from benchmarks import measure, report
+from benchmarks.lm import LM_SIZES, PRECISIONS, lm_table, run_lm_benchmarks
 from benchmarks.systems import (
     ENCODERS,
     GEN_SYSTEMS,
@@ -256,6 +259,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         type=int,
         help="torch threads, and CTranslate2's intra_threads (default: torch's own choice)",
     )
+    parser.add_argument(
+        "--lm", nargs="+", choices=list(LM_SIZES), help="language models vs HF GPT-2 only"
+    )
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
     parser.add_argument("--no-memory", action="store_true", help="skip peak-memory children")
     parser.add_argument("--no-training", action="store_true")
     parser.add_argument("--no-generation", action="store_true")
@@ -282,10 +289,23 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     here = Path(__file__).resolve().parent
     args.sizes = args.sizes or (["toy"] if args.quick else ["d256", "d512"])
     args.rounds = args.rounds or (3 if args.quick else 5)
-    if not args.quick:
+    if args.lm:
+        args.out = args.out or (None if args.quick else here / "lm_results.json")
+    elif not args.quick:
         args.out = args.out or here / "results.json"
         args.markdown = args.markdown or here / "RESULTS.md"
     return args
+
+
+def main_lm(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``--lm``: the language-model benchmark, its JSON and its Markdown rows."""
+    results = {"environment": environment(argv), "sizes": {}}
+    results["sizes"] = run_lm_benchmarks(args.lm, args.precisions, args.rounds)
+    if args.out is not None:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    print(lm_table(results["sizes"]))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -293,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.lm:
+        return main_lm(args, argv)
     train_names = list(iter_names(TRAIN_SYSTEMS, args.train))
     gen_names = list(iter_names(GEN_SYSTEMS, args.generate))
     results: dict[str, Any] = {"environment": environment(argv), "sizes": {}}

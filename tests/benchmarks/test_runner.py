@@ -123,3 +123,66 @@ def test_decode_attention_benchmark_writes_its_table(tmp_path: Path) -> None:
         ["| float32", "float32"], ["| bfloat16", "bfloat16"], ["| bfloat16", "float32"]
     ]  # fmt: skip
     assert len(rows) == 6
+
+
+def _gpt2_weights_into_odet(hf: torch.nn.Module, odet: torch.nn.Module) -> None:
+    """Copy HF GPT-2's weights into odet's Euler ``CausalLM`` (Conv1D weights transposed)."""
+    sd = hf.state_dict()
+    mapping = {
+        "token_embed.weight": "transformer.wte.weight",
+        "positions.weight": "transformer.wpe.weight",
+        "norm.weight": "transformer.ln_f.weight",
+        "norm.bias": "transformer.ln_f.bias",
+    }
+    names = {
+        "attn_norm": "ln_1",
+        "ffn_norm": "ln_2",
+        "self_attn.qkv_proj": "attn.c_attn",
+        "self_attn.out_proj": "attn.c_proj",
+        "ffn.fc1": "mlp.c_fc",
+        "ffn.fc2": "mlp.c_proj",
+    }
+    for i in range(len(hf.transformer.h)):
+        for ours, theirs in names.items():
+            for kind in ("weight", "bias"):
+                key = f"transformer.h.{i}.{theirs}.{kind}"
+                mapping[f"stack.blocks.{i}.field.{ours}.{kind}"] = key
+    with torch.no_grad():
+        for ours, p in odet.named_parameters():
+            value = sd[mapping[ours]]
+            conv1d = ".h." in mapping[ours] and value.dim() == 2
+            p.copy_(value.t() if conv1d else value)
+
+
+def test_odet_euler_lm_and_hf_gpt2_of_one_size_compute_the_same_function() -> None:
+    pytest.importorskip("transformers")
+    from benchmarks.lm import LM_SIZES, hf_gpt2, odet_lm
+
+    size = LM_SIZES["lm-toy"]
+    hf, odet = hf_gpt2(size).eval(), odet_lm(size).eval()
+    assert sum(p.numel() for p in hf.parameters()) == odet.num_parameters()
+    _gpt2_weights_into_odet(hf, odet)
+    x = torch.randint(0, size.vocab_size, (2, size.train_len))
+    with torch.no_grad():
+        assert torch.allclose(odet(x), hf(input_ids=x).logits, atol=1e-5)
+        prompt = x[:1, :4]
+        greedy = hf.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            do_sample=False,
+            max_new_tokens=8,
+            min_new_tokens=8,
+            pad_token_id=0,
+        )
+    assert torch.equal(odet.generate(prompt, 8, top_k=1, seed=0), greedy)
+
+
+def test_lm_benchmark_smoke_writes_both_systems_and_the_ratios(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out = tmp_path / "lm.json"
+    argv = ["--lm", "lm-toy", "--quick", "--rounds", "1", "--precisions", "fp32", "--out", str(out)]
+    assert runner.main(argv) == 0
+    (result,) = json.loads(out.read_text())["sizes"]["lm-toy"]["results"]
+    assert result["precision"] == "fp32" and result["parameters"] > 0
+    for kind in ("train", "sample1", "sample16"):
+        assert result[kind]["odet_tokens_per_s"] > 0 and result[kind]["odet_vs_hf"] > 0

@@ -226,6 +226,21 @@ def test_save_and_from_pretrained_round_trip(tmp_path):
         CausalLM.from_pretrained(tmp_path / "mt")
 
 
+@pytest.mark.parametrize("scaled", [True, False])
+def test_residual_projections_start_as_gpt2s(scaled):
+    torch.manual_seed(0)
+    config = small(d_model=64, num_heads=4, ffn_dim=256, layers=3, scaled_residual_init=scaled)
+    lm = CausalLM(config)
+    residual = lm.residual_projections()
+    assert len(residual) == 2 * 3
+    expected = 0.02 / (2 * 3) ** 0.5 if scaled else 0.02
+    for weight in residual:
+        assert float(weight.detach().std()) == pytest.approx(expected, rel=0.1)
+    field = lm.stack.blocks[0].field
+    assert float(field.self_attn.qkv_proj.weight.detach().std()) == pytest.approx(0.02, rel=0.1)
+    assert float(lm.token_embed.weight.detach().std()) == pytest.approx(0.02, rel=0.1)
+
+
 def test_parameter_counts_tie_the_head_and_count_shared_layers_once():
     tied, untied = CausalLM(small()), CausalLM(small(tie_embeddings=False))
     assert untied.num_parameters() - tied.num_parameters() == VOCAB * 16

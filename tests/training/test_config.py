@@ -95,12 +95,17 @@ def test_every_shipped_config_loads_and_builds(path):
 
     if "experiments" in path.parts:
         from odet.experiments.seq2seq import load_experiment
+        from odet.models import CausalLM
+        from odet.training import LMTrainConfig, load_any_config
 
         experiment = load_experiment(path)
         for variant in experiment.variants:
             overrides = experiment.run_overrides(variant, experiment.seeds[0])
-            config = load_train_config(REPO / experiment.base, overrides)
-            assert Seq2Seq(config.model_config(vocab_size=config.data.vocab_size))
+            config = load_any_config(REPO / experiment.base, overrides)
+            if isinstance(config, LMTrainConfig):
+                assert CausalLM(config.model_config(vocab_size=65))
+            else:
+                assert Seq2Seq(config.model_config(vocab_size=config.data.vocab_size))
         return
     if "parity" in path.parts:
         from odet.experiments.parity import ParityExperimentConfig

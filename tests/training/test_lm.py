@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from torch import nn
 
 from odet.cli import main
 from odet.config import ConfigError
@@ -100,16 +101,36 @@ def test_the_exact_validation_pass_equals_a_token_by_token_computation():
     assert loss == pytest.approx(total / 22, rel=1e-5)
 
 
-def test_weight_decay_spares_norms_biases_and_embeddings():
-    model = CausalLM(CausalLMConfig(vocab_size=7, d_model=16, num_heads=2, ffn_dim=32, layers=1))
-    config = LMTrainConfig.from_dict({"output_dir": "x", "data": {"text": "t.txt"}})
+def _decayed_names(model: nn.Module, **optim) -> tuple[set[str], set[str]]:
+    config = LMTrainConfig.from_dict({"output_dir": "x", "data": {"text": "t.txt"}, "optim": optim})
     decay, no_decay = build_adamw(model, config.optim).param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}
-    spared = {names[id(p)] for p in no_decay["params"]}
-    assert all(p.dim() >= 2 for p in decay["params"])
-    assert any("embed" in n for n in spared) and any("bias" in n for n in spared)
-    assert all("embed" not in names[id(p)] for p in decay["params"])
+    return {names[id(p)] for p in decay["params"]}, {names[id(p)] for p in no_decay["params"]}
+
+
+def test_weight_decay_is_nanogpts_every_matrix_rule_by_default():
+    model = CausalLM(
+        CausalLMConfig(vocab_size=7, d_model=16, num_heads=2, ffn_dim=32, layers=1, bias=False)
+    )
+    decay, spared = _decayed_names(model)
+    field = "stack.blocks.0.field."
+    assert decay == {
+        "token_embed.weight",  # tied: the output projection is the same tensor, listed once
+        "positions.weight",
+        *(field + n for n in ("self_attn.qkv_proj.weight", "self_attn.out_proj.weight")),
+        *(field + n for n in ("ffn.fc1.weight", "ffn.fc2.weight")),
+    }
+    assert spared == {field + "attn_norm.weight", field + "ffn_norm.weight", "norm.weight"}
+
+
+def test_decay_embeddings_false_spares_embeddings_norms_and_biases():
+    model = CausalLM(CausalLMConfig(vocab_size=7, d_model=16, num_heads=2, ffn_dim=32, layers=1))
+    decay, spared = _decayed_names(model, decay_embeddings=False)
+    assert {"token_embed.weight", "positions.weight"} <= spared
+    assert any(n.endswith(".bias") for n in spared) and not any("norm" in n for n in decay)
+    assert all(n.endswith(".weight") and "embed" not in n for n in decay)
+    assert len(decay) + len(spared) == len(list(model.parameters()))
 
 
 def test_the_schedule_is_nanogpts_warmup_and_cosine(tmp_path):

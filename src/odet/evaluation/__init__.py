@@ -1,7 +1,9 @@
-"""Evaluation metrics: BLEU/chrF (sacrebleu), ROUGE (rouge-score), GEC (GLEU, MaxMatch F0.5)."""
+"""Evaluation metrics: BLEU/chrF (sacrebleu), ROUGE (rouge-score), GEC (GLEU, MaxMatch F0.5),
+and the paired t-test across seeds."""
 
 from odet.evaluation.gec import GLEUResult, M2Result, corpus_gleu, m2_score, sentence_gleu
 from odet.evaluation.rouge import RougeResult, RougeScore, corpus_rouge
+from odet.evaluation.statistics import PairedTTest, paired_t_test
 from odet.evaluation.translation import (
     BLEUResult,
     CHRFResult,
@@ -19,6 +21,7 @@ __all__ = [
     "GLEUResult",
     "M2Result",
     "PairedBLEU",
+    "PairedTTest",
     "RougeResult",
     "RougeScore",
     "corpus_bleu",
@@ -27,6 +30,7 @@ __all__ = [
     "corpus_rouge",
     "m2_score",
     "paired_bleu_test",
+    "paired_t_test",
     "sentence_gleu",
     "tokenize_13a_lower",
     "tokenized_bleu",

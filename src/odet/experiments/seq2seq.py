@@ -13,10 +13,14 @@ overrides) and a list of seeds::
       rk2-gated: {model.encoder_method: rk2, model.coefficients: gated}
 
 Each run lives in ``<output_dir>/<variant>/seed<k>`` and is resumed if it was stopped; finished
-runs are skipped, so the command can be run again after an interruption. After every run the
-report is rewritten: ``results.md`` / ``results.csv`` (per variant: parameters, updates, wall
-time, valid BLEU, test BLEU — sacreBLEU and lower-cased tokenized — mean ± std over seeds) and
-``bleu_vs_time.png`` (validation BLEU against training wall-clock time).
+runs are reused (not retrained) when their saved ``config.yaml`` matches the run's config in
+every key a resume may not change, and refused otherwise, so the command can be run again after
+an interruption. ``baselines`` maps a variant to the variant it is compared with, seed by seed
+(default: the first variant). A base config with ``task: lm`` makes a language-model experiment
+(:mod:`odet.experiments.lm`: exact validation loss, paired t-test). After every run the
+translation report is rewritten: ``results.md`` / ``results.csv`` (per variant: parameters,
+updates, wall time, valid BLEU, test BLEU — sacreBLEU and lower-cased tokenized — mean ± std
+over seeds) and ``bleu_vs_time.png`` (validation BLEU against training wall-clock time).
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, t
 from odet.evaluation.files import read_all_lines
 from odet.inference import Translator, load_model_and_tokenizers
 from odet.io import check_output_dir, claim_output_dir
-from odet.training import load_train_config, train
+from odet.training import LMTrainConfig, load_any_config, load_train_config, train, train_lm
 from odet.training.average import average_checkpoints
 from odet.training.metrics import MetricsLog
 from odet.training.prepare import check_data_files
+from odet.training.run_dir import check_output_dir as check_run_dir
 from odet.training.run_dir import is_run_dir
 
 
@@ -51,6 +56,7 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (1,)
     overrides: tuple[str, ...] = ()
     average_last: int = 0
+    baselines: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -62,6 +68,17 @@ class ExperimentConfig:
                 isinstance(sets, dict) or sets is None,
                 f"experiment.variants.{name} must be a mapping of key: value overrides",
             )
+        for name, baseline in self.baselines.items():
+            for role, value in (("variant", name), ("baseline", baseline)):
+                check(
+                    value in self.variants,
+                    f"experiment.baselines: {role} {value!r} is not one of the variants "
+                    f"{list(self.variants)}",
+                )
+
+    def baseline(self, variant: str) -> str:
+        """The variant that ``variant`` is compared with (itself for a baseline)."""
+        return self.baselines.get(variant, next(iter(self.variants)))
 
     def run_overrides(self, variant: str, seed: int) -> list[str]:
         sets = self.variants[variant] or {}
@@ -107,20 +124,38 @@ def run_experiment(
 
     ``variants``/``seeds`` restrict which runs this call trains (default: all), so one
     experiment can be split across processes or machines sharing ``output_dir``. The report
-    always covers every finished run of the experiment, whoever trained it.
+    always covers every finished run of the experiment, whoever trained it. A ``task: lm`` base
+    config returns :class:`odet.experiments.lm.LMRunResult` rows instead.
     """
     chosen_variants = _select(variants, list(config.variants), "variant")
     chosen_seeds = _select(seeds, list(config.seeds), "seed")
     out = check_output_dir(config.output_dir, "experiment.output_dir", owned=_has_runs)
     for variant in chosen_variants:  # validate every run's config and data before training any
-        run_config = load_train_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
-        check_data_files(run_config.data)
+        run_config = load_any_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
+        if not isinstance(run_config, LMTrainConfig):
+            check_data_files(run_config.data)
     claim_output_dir(out, "experiment")
+    lm = is_lm_experiment(config)
+    if lm:
+        from odet.experiments.lm import lm_results, write_lm_report
     for seed in chosen_seeds:
         for variant in chosen_variants:
             _train(config, variant, seed, progress)
-            write_report(config, finished_results(config))
-    return finished_results(config)
+            if lm:
+                write_lm_report(config, lm_results(config))
+            else:
+                write_report(config, finished_results(config))
+    return lm_results(config) if lm else finished_results(config)  # type: ignore[return-value]
+
+
+def is_lm_experiment(config: ExperimentConfig) -> bool:
+    """Whether the base config is a language model's (``task: lm``)."""
+    return isinstance(load_any_config(config.base, list(config.overrides)), LMTrainConfig)
+
+
+def is_finished(config: ExperimentConfig, variant: str, seed: int) -> bool:
+    """Whether the run has finished (has ``summary.json``)."""
+    return (Path(config.output_dir) / variant / f"seed{seed}" / "summary.json").is_file()
 
 
 def _has_runs(out: Path) -> bool:
@@ -134,7 +169,7 @@ def finished_results(config: ExperimentConfig) -> list[RunResult]:
         _result(config, variant, seed)
         for seed in config.seeds
         for variant in config.variants
-        if (Path(config.output_dir) / variant / f"seed{seed}" / "summary.json").is_file()
+        if is_finished(config, variant, seed)
     ]
 
 
@@ -147,9 +182,13 @@ def _select(chosen: list[Any] | None, available: list[Any], what: str) -> list[A
 
 
 def _train(config: ExperimentConfig, variant: str, seed: int, progress: bool) -> None:
-    """Train (or resume) one run unless it has finished."""
-    train_config = load_train_config(config.base, config.run_overrides(variant, seed))
-    if not (Path(train_config.output_dir) / "summary.json").is_file():
+    """Train (or resume) one run unless it has finished with the same config."""
+    train_config = load_any_config(config.base, config.run_overrides(variant, seed))
+    if is_finished(config, variant, seed):
+        check_run_dir(Path(train_config.output_dir), train_config.to_dict())
+    elif isinstance(train_config, LMTrainConfig):
+        train_lm(train_config, progress=progress)
+    else:
         train(train_config, progress=progress)
 
 
@@ -214,13 +253,13 @@ def _averaged_test(config: Any, run: Path, last: int, references: list[str]) -> 
     return {"bleu": corpus_bleu(hyps, references).score, "bleu_tok": _tok_bleu(hyps, references)}
 
 
-def _mean_std(values: list[float | None]) -> str:
+def _mean_std(values: list[float | None], digits: int = 2) -> str:
     xs = [v for v in values if v is not None and not math.isnan(v)]
     if not xs:
         return "–"
     if len(xs) == 1:
-        return f"{xs[0]:.2f}"
-    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}"
+        return f"{xs[0]:.{digits}f}"
+    return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
 
 
 def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
@@ -314,10 +353,12 @@ def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> l
     def tok(r: RunResult) -> float | None:
         return r.averaged.get("bleu_tok") if config.average_last else r.test_bleu_tok
 
-    baseline, *others = list(config.variants)
-    base = {r.seed: r for r in results if r.variant == baseline and tok(r) is not None}
     rows = []
-    for variant in others:
+    for variant in config.variants:
+        baseline = config.baseline(variant)
+        if baseline == variant:
+            continue
+        base = {r.seed: r for r in results if r.variant == baseline and tok(r) is not None}
         cells = {}
         pairs: list[tuple[int, list[str], list[str], list[str]]] = []
         for r in results:
@@ -337,9 +378,11 @@ def _paired_differences(config: ExperimentConfig, results: list[RunResult]) -> l
     if not rows:
         return []
     which = f"avg{config.average_last} tok" if config.average_last else "test BLEU tok"
+    named = {config.baseline(v) for v in config.variants}
+    against = f"`{named.pop()}`" if len(named) == 1 else "each variant's baseline (`baselines`)"
     return [
         "",
-        f"Difference from `{baseline}` in {which}, paired by seed. p: paired approximate "
+        f"Difference from {against} in {which}, paired by seed. p: paired approximate "
         "randomization over the test sentences (sacrebleu, 10,000 trials), the chance of so "
         "large a difference between equally good systems; it measures test-set noise, not the "
         'variation between training seeds. "All seeds" is one test over every seed\'s '
@@ -368,7 +411,15 @@ def _pooled(pairs: list[tuple[int, list[str], list[str], list[str]]]) -> str:
     return f"{test.delta:+.2f} (p = {test.p_value:.2g})"
 
 
-def _plot(config: ExperimentConfig, results: list[RunResult], path: Path) -> None:
+def _plot(
+    config: ExperimentConfig,
+    results: list[Any],
+    path: Path,
+    metric: str = "bleu",
+    ylabel: str = "valid BLEU (greedy)",
+) -> None:
+    """``metric`` of the ``valid`` records (not the final exact pass) of every run against its
+    training wall-clock, one colour per variant."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -382,14 +433,14 @@ def _plot(config: ExperimentConfig, results: list[RunResult], path: Path) -> Non
             train_times = [(x["step"], x["elapsed"]) for x in records if x["event"] == "train"]
             points = []
             for x in records:
-                if x["event"] != "valid" or x.get("bleu") is None:
+                if x["event"] != "valid" or x.get(metric) is None or x.get("exact"):
                     continue
                 # older logs lack "elapsed" on validation records: use the last train record's
                 seconds = x.get("elapsed") or max(
                     (t for step, t in train_times if step <= x["step"]), default=None
                 )
                 if seconds is not None:
-                    points.append((seconds / 60, x["bleu"]))
+                    points.append((seconds / 60, x[metric]))
             if points:
                 ax.plot(
                     *zip(*points),
@@ -399,7 +450,7 @@ def _plot(config: ExperimentConfig, results: list[RunResult], path: Path) -> Non
                     ms=3,
                     label=variant if r.seed == config.seeds[0] else None,
                 )
-    ax.set(xlabel="training wall-clock (min)", ylabel="valid BLEU (greedy)")
+    ax.set(xlabel="training wall-clock (min)", ylabel=ylabel)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()

@@ -12,6 +12,7 @@ Incremental decoding keeps one self-attention cache per (block, stage) in a
 
 from __future__ import annotations
 
+import math
 import typing
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -98,6 +99,10 @@ class CausalLMConfig:
     theirs)."""
     tie_embeddings: bool = True
     """Tie the output projection to the token embedding."""
+    scaled_residual_init: bool = True
+    """GPT-2's (and nanoGPT's) initialisation of the projections that write into the residual
+    stream (attention output and the second feed-forward layer): ``N(0, 0.02 / sqrt(2 ·
+    layers))``; ``False``: ``N(0, 0.02)`` like every other matrix."""
     norm_eps: float = 1e-5
     """Epsilon of every layer norm."""
     field_convention: FieldConvention = "textbook"
@@ -220,12 +225,22 @@ class CausalLM(nn.Module):
             self.head.weight = self.token_embed.weight
 
     def _init_weights(self) -> None:
-        """GPT-2's: ``N(0, 0.02)`` projections and embeddings, zero biases."""
+        """GPT-2's: ``N(0, 0.02)`` projections and embeddings, zero biases, and the residual
+        projections scaled down (``scaled_residual_init``)."""
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 nn.init.normal_(module.weight, std=0.02)
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
+        if self.config.scaled_residual_init:
+            std = 0.02 / math.sqrt(2 * self.config.layers)
+            for weight in self.residual_projections():
+                nn.init.normal_(weight, std=std)
+
+    def residual_projections(self) -> list[nn.Parameter]:
+        """The weights of every field's attention output and second feed-forward layer."""
+        fields = [m for m in self.stack.modules() if isinstance(m, CausalField)]
+        return [w for f in fields for w in (f.self_attn.out_proj.weight, f.ffn.fc2.weight)]
 
     # ------------------------------------------------------------------ forward
     def init_state(self) -> DecoderState:

@@ -96,18 +96,28 @@ def prepare_lm_data(config: LMTrainConfig) -> LMData:
 
 
 def build_adamw(model: nn.Module, optim: LMOptimConfig) -> Optimizer:
-    """AdamW with decoupled weight decay on matrices only: norms, biases and embeddings (and
-    the output projection tied to them) are not decayed."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (decay if p.dim() >= 2 and id(p) not in embeddings else no_decay).append(p)
+    """AdamW with decoupled weight decay on matrices (``dim >= 2``), never on norms or biases;
+    embeddings (and the output projection tied to one) only with ``optim.decay_embeddings``."""
+    decay, no_decay = decay_groups(model, embeddings=optim.decay_embeddings)
     groups = [
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps)
+
+
+def decay_groups(
+    model: nn.Module, *, embeddings: bool
+) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """``(decayed, not decayed)`` trainable parameters of ``model``, each once (tied ones too)."""
+    spared: set[int] = set()
+    if not embeddings:
+        spared = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 and id(p) not in spared else no_decay).append(p)
+    return decay, no_decay
 
 
 def lm_loss_sum(model: nn.Module, x: Tensor, y: Tensor, precision: ForwardPrecision) -> Tensor:

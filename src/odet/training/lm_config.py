@@ -7,7 +7,7 @@
     seed: 1337
     data:  {text, data_dir, tokenizer: char, valid_fraction, block_size, batch_size, eval_iters}
     model: {d_model, num_heads, layers, method, ...}        # CausalLMConfig keys less vocab_size
-    optim: {lr, min_lr, betas, weight_decay, warmup_updates, decay_updates, clip_norm}
+    optim: {lr, min_lr, betas, weight_decay, decay_embeddings, warmup_updates, ...}
     train: {max_updates, eval_interval, precision, threads, save_every_updates, ...}
 
 ``model`` holds ``CausalLMConfig`` keys except ``vocab_size``, which the vocabulary sets. A
@@ -84,7 +84,11 @@ class LMOptimConfig:
     eps: float = 1e-8
     """AdamW's ε."""
     weight_decay: float = 0.1
-    """Decoupled weight decay of matrices (not of norms, biases or embeddings)."""
+    """Decoupled weight decay of every matrix (parameters with two or more dimensions); norms
+    and biases are never decayed."""
+    decay_embeddings: bool = True
+    """Decay the token embedding (tied to the output projection) and a learned position table
+    too, as nanoGPT (whose rule is "every parameter with dim >= 2"); ``False``: spare them."""
     warmup_updates: int = 100
     """Updates of linear warmup; update ``k`` < warmup uses ``lr · (k + 1) / (warmup + 1)``."""
     decay_updates: int = 0

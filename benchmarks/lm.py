@@ -1,0 +1,239 @@
+"""Language models: odet's Euler ``CausalLM`` against Hugging Face ``GPT2LMHeadModel``.
+
+``python -m benchmarks --lm lm-baby lm-d384`` builds both from the same sizes (vocabulary,
+width, heads, FFN 4·D, layers, positions table; biases everywhere, GELU, tied output, no
+dropout; random init, nothing downloaded), asserts equal parameter counts, and times in
+interleaved rounds, in fp32 and in bf16:
+
+- a training step: forward + backward + ``AdamW.step`` on a fixed batch of random windows
+  (tokens/s = batch × window / step time); bf16 is autocast for both (``autocast_bf16``);
+- cached sampling at batch 1 and 16: a random prompt of ``prompt_len`` tokens, then exactly
+  ``new_tokens`` greedy tokens (odet: ``top_k=1``, fixed seed; HF: ``do_sample=False``; the
+  lengths are checked); bf16 converts both models' weights.
+
+Ratios are odet's speed over HF's, the median of same-round ratios.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmarks import measure
+from benchmarks.systems import PeerUnavailableError, parameters
+from odet.models import CausalLM, CausalLMConfig
+from odet.nn.precision import autocast_bf16
+
+
+@dataclass(frozen=True)
+class LMSize:
+    """One language-model size: the model, a training batch and the sampling workload."""
+
+    name: str
+    vocab_size: int
+    d_model: int
+    num_heads: int
+    layers: int
+    block_size: int
+    """The positions table (prompt + new tokens must fit: no cache refill is timed)."""
+    train_batch: int
+    train_len: int
+    prompt_len: int
+    new_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.prompt_len + self.new_tokens > self.block_size:
+            raise ValueError(f"{self.name}: prompt + new tokens exceed block_size")
+        if self.train_len > self.block_size:
+            raise ValueError(f"{self.name}: train_len exceeds block_size")
+
+
+LM_SIZES: dict[str, LMSize] = {
+    "lm-toy": LMSize("lm-toy", 65, 32, 2, 2, 32, 4, 16, 8, 8),
+    "lm-baby": LMSize("lm-baby", 65, 128, 4, 4, 256, 12, 64, 64, 128),
+    "lm-d384": LMSize("lm-d384", 65, 384, 6, 6, 256, 8, 256, 64, 128),
+}
+SAMPLE_BATCHES = (1, 16)
+PRECISIONS = ("fp32", "bf16")
+
+
+def odet_lm(size: LMSize) -> CausalLM:
+    """odet's Euler ``CausalLM`` of ``size``: the ordinary pre-norm GPT, with biases."""
+    torch.manual_seed(0)
+    config = CausalLMConfig(
+        vocab_size=size.vocab_size,
+        d_model=size.d_model,
+        num_heads=size.num_heads,
+        ffn_dim=4 * size.d_model,
+        layers=size.layers,
+        block_size=size.block_size,
+        method="euler",
+        bias=True,
+        dropout=0.0,
+    )
+    return CausalLM(config)
+
+
+def hf_gpt2(size: LMSize) -> nn.Module:
+    """HF ``GPT2LMHeadModel`` of ``size`` (exact GELU as odet, SDPA attention, no dropout)."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as err:
+        raise PeerUnavailableError(f"transformers is not installed ({err})") from err
+    config = GPT2Config(
+        vocab_size=size.vocab_size,
+        n_positions=size.block_size,
+        n_embd=size.d_model,
+        n_layer=size.layers,
+        n_head=size.num_heads,
+        n_inner=4 * size.d_model,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(config)
+
+
+Logits = Callable[[Tensor], Tensor]
+
+
+def _logits(name: str, model: nn.Module) -> Logits:
+    if name == "hf-gpt2":
+        return lambda x: model(input_ids=x, use_cache=False).logits
+    return model
+
+
+def train_task(
+    model: nn.Module, logits: Logits, batch: tuple[Tensor, Tensor], bf16: bool
+) -> Callable[[], float]:
+    """One forward + backward + AdamW step on ``batch = (x, y)``; returns the loss."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    context: Callable[[], AbstractContextManager[Any]] = autocast_bf16 if bf16 else nullcontext
+    x, y = batch
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        with context():
+            out = logits(x)
+        loss = F.cross_entropy(out.float().flatten(0, 1), y.flatten())
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    return step
+
+
+def sample_task(name: str, model: nn.Module, prompt: Tensor, n: int) -> Callable[[], Tensor]:
+    """Cached greedy generation of exactly ``n`` tokens after ``prompt (B, T0)``."""
+    if name == "hf-gpt2":
+
+        def run() -> Tensor:
+            with torch.no_grad():
+                return model.generate(  # type: ignore[operator]
+                    input_ids=prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    do_sample=False,
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    use_cache=True,
+                    pad_token_id=0,
+                )
+
+        return run
+
+    def run_odet() -> Tensor:
+        with torch.no_grad():
+            return model.generate(prompt, n, top_k=1, seed=0)  # type: ignore[operator]
+
+    return run_odet
+
+
+def run_lm(size: LMSize, precision: str, rounds: int) -> dict[str, Any]:
+    """Training and sampling tokens/s of both systems in one precision, and odet / HF."""
+    models = {"odet-euler": odet_lm(size), "hf-gpt2": hf_gpt2(size)}
+    counts = {name: parameters(m) for name, m in models.items()}
+    if len(set(counts.values())) != 1:
+        raise RuntimeError(f"{size.name}: parameter counts differ: {counts}")
+    gen = torch.Generator().manual_seed(0)
+    windows = torch.randint(
+        0, size.vocab_size, (size.train_batch, size.train_len + 1), generator=gen
+    )
+    batch = (windows[:, :-1], windows[:, 1:])
+    bf16 = precision == "bf16"
+    tasks: dict[str, Callable[[], object]] = {}
+    for name, model in models.items():
+        tasks[f"train:{name}"] = train_task(model.train(), _logits(name, model), batch, bf16)
+    samplers = {name: odet_lm(size) if name == "odet-euler" else hf_gpt2(size) for name in models}
+    prompts = {
+        b: torch.randint(0, size.vocab_size, (b, size.prompt_len), generator=gen)
+        for b in SAMPLE_BATCHES
+    }
+    for name, model in samplers.items():
+        model.eval().to(torch.bfloat16 if bf16 else torch.float32)
+        for b, prompt in prompts.items():
+            task = sample_task(name, model, prompt, size.new_tokens)
+            shape = tuple(task().shape)
+            if shape != (b, size.prompt_len + size.new_tokens):
+                raise RuntimeError(f"{name} sampled {shape}: the workloads would not be equal")
+            tasks[f"sample{b}:{name}"] = task
+    timings = measure.round_robin(tasks, rounds=rounds, warmup=1)
+    work = {"train": size.train_batch * size.train_len}
+    work.update({f"sample{b}": b * size.new_tokens for b in SAMPLE_BATCHES})
+    result: dict[str, Any] = {"precision": precision, "parameters": counts["odet-euler"]}
+    for kind, tokens in work.items():
+        odet, hf = timings[f"{kind}:odet-euler"], timings[f"{kind}:hf-gpt2"]
+        result[kind] = {
+            "odet_tokens_per_s": tokens / odet.median,
+            "hf_tokens_per_s": tokens / hf.median,
+            "odet_vs_hf": measure.same_round_ratio(hf, odet),
+        }
+    return result
+
+
+def run_lm_benchmarks(
+    names: Sequence[str], precisions: Sequence[str], rounds: int
+) -> dict[str, Any]:
+    """Every (size, precision) pair; the results keyed by size name."""
+    out: dict[str, Any] = {}
+    for name in names:
+        size = LM_SIZES[name]
+        print(f"[{name}] language models: {', '.join(precisions)}", flush=True)
+        out[name] = {
+            "size": asdict(size),
+            "rounds": rounds,
+            "results": [run_lm(size, p, rounds) for p in precisions],
+        }
+    return out
+
+
+def lm_table(results: dict[str, Any]) -> str:
+    """The Markdown rows: tokens/s of both systems and odet's ratio, per size and precision."""
+    lines = [
+        "| size | precision | params | train odet / HF tok/s | train ratio | sample b1 odet / HF "
+        "tok/s | b1 ratio | sample b16 odet / HF tok/s | b16 ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in results.items():
+        for r in entry["results"]:
+            cells = [
+                f"{r[k]['odet_tokens_per_s']:,.0f} / {r[k]['hf_tokens_per_s']:,.0f} | "
+                f"**{r[k]['odet_vs_hf']:.2f}×**"
+                for k in ("train", "sample1", "sample16")
+            ]
+            lines.append(
+                f"| {name} | {r['precision']} | {r['parameters']:,} | " + " | ".join(cells) + " |"
+            )
+    return "\n".join(lines)
