@@ -109,11 +109,11 @@ def _decayed_names(model: nn.Module, **optim) -> tuple[set[str], set[str]]:
     return {names[id(p)] for p in decay["params"]}, {names[id(p)] for p in no_decay["params"]}
 
 
-def test_weight_decay_is_nanogpts_every_matrix_rule_by_default():
+def test_decay_embeddings_true_is_nanogpts_every_matrix_rule():
     model = CausalLM(
         CausalLMConfig(vocab_size=7, d_model=16, num_heads=2, ffn_dim=32, layers=1, bias=False)
     )
-    decay, spared = _decayed_names(model)
+    decay, spared = _decayed_names(model, decay_embeddings=True)
     field = "stack.blocks.0.field."
     assert decay == {
         "token_embed.weight",  # tied: the output projection is the same tensor, listed once
@@ -124,9 +124,9 @@ def test_weight_decay_is_nanogpts_every_matrix_rule_by_default():
     assert spared == {field + "attn_norm.weight", field + "ffn_norm.weight", "norm.weight"}
 
 
-def test_decay_embeddings_false_spares_embeddings_norms_and_biases():
+def test_by_default_embeddings_norms_and_biases_are_spared():
     model = CausalLM(CausalLMConfig(vocab_size=7, d_model=16, num_heads=2, ffn_dim=32, layers=1))
-    decay, spared = _decayed_names(model, decay_embeddings=False)
+    decay, spared = _decayed_names(model)
     assert {"token_embed.weight", "positions.weight"} <= spared
     assert any(n.endswith(".bias") for n in spared) and not any("norm" in n for n in decay)
     assert all(n.endswith(".weight") and "embed" not in n for n in decay)

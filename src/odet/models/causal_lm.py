@@ -99,10 +99,10 @@ class CausalLMConfig:
     theirs)."""
     tie_embeddings: bool = True
     """Tie the output projection to the token embedding."""
-    scaled_residual_init: bool = True
+    scaled_residual_init: bool = False
     """GPT-2's (and nanoGPT's) initialisation of the projections that write into the residual
     stream (attention output and the second feed-forward layer): ``N(0, 0.02 / sqrt(2 ·
-    layers))``; ``False``: ``N(0, 0.02)`` like every other matrix."""
+    layers))``; ``False`` (default): ``N(0, 0.02)`` like every other matrix."""
     norm_eps: float = 1e-5
     """Epsilon of every layer norm."""
     field_convention: FieldConvention = "textbook"
