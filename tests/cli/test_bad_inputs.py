@@ -940,6 +940,12 @@ CASES: list[Case] = [
     ),
     Case(
         "experiment",
+        "average_last above keep_last",
+        lambda e: ["experiment", e.experiment(average_last=99), "--no-progress"],
+        r"average_last=99 averages more checkpoints than variant .* keeps \(train\.keep_last",
+    ),
+    Case(
+        "experiment",
         "missing base",
         lambda e: ["experiment", e.experiment(base=str(e.tmp / "nobase.yaml")), "--no-progress"],
         r"nobase",

@@ -134,6 +134,12 @@ def run_experiment(
         run_config = load_any_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
         if not isinstance(run_config, LMTrainConfig):
             check_data_files(run_config.data)
+            check(
+                config.average_last <= run_config.train.keep_last,
+                f"experiment.average_last={config.average_last} averages more checkpoints than "
+                f"variant {variant!r} keeps (train.keep_last={run_config.train.keep_last}); "
+                "lower it or raise train.keep_last",
+            )
     claim_output_dir(out, "experiment")
     lm = is_lm_experiment(config)
     if lm:
