@@ -10,7 +10,7 @@ from odet.models import Seq2Seq
 from odet.nn import Int8Linear
 from odet.nn.quantization import int8_copy
 from odet.training.step import ForwardPrecision
-from tests.models.test_seq2seq import lively, small_config, sources
+from tests.models.test_seq2seq import cached_and_full_logits, lively, small_config, sources
 
 DECODERS = [
     ("euler", "fixed"),
@@ -57,14 +57,8 @@ def test_int8_generate_with_cache_returns_the_tokens_of_generate_without_cache(
 @pytest.mark.parametrize(("decoder", "coefficients"), [("euler", "fixed"), ("rk4", "fixed")])
 def test_int8_incremental_logits_equal_teacher_forced_int8_logits(decoder, coefficients):
     model = _int8_model(decoder, coefficients, torch.float64)
-    src = sources()
-    tgt = torch.randint(4, 40, (3, 6))
-    tgt[:, 0] = model.config.bos_id
-    with torch.no_grad():
-        full = model(src, tgt)
-        state = model.init_state(model.encode(src))
-        steps = [model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.shape[1])]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-9, rtol=1e-9)
+    steps, full, _ = cached_and_full_logits(model, sources())
+    torch.testing.assert_close(steps, full, atol=1e-9, rtol=1e-9)
 
 
 def test_an_int8_translation_does_not_depend_on_the_other_sentences_of_its_batch():

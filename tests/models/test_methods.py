@@ -5,7 +5,7 @@ import torch
 
 from odet.config import ConfigError
 from odet.models import Seq2Seq
-from tests.models.test_seq2seq import lively, small_config, sources
+from tests.models.test_seq2seq import cached_and_full_logits, lively, small_config, sources
 
 NEW_METHODS = ["ab2", "ab3", "dlcl", "pc", "implicit_euler"]
 COMBINATIONS = [
@@ -27,14 +27,8 @@ def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef)
     torch.manual_seed(0)
     cfg = small_config(encoder_method=enc, decoder_method=dec, coefficients=coef, **DEEP)
     model = Seq2Seq(cfg).eval()
-    src = sources()
-    tgt = torch.randint(4, 40, (3, 6))
-    tgt[:, 0] = model.config.bos_id
-    with torch.no_grad():
-        full = model(src, tgt)
-        state = model.init_state(model.encode(src))
-        steps = [model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.shape[1])]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    steps, full, state = cached_and_full_logits(model, sources())
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
     assert len(state.self_attn) == sum(model.decoder.stage_counts)
 
 

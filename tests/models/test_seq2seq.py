@@ -46,18 +46,26 @@ def sources(batch: int = 3, length: int = 7, seed: int = 0) -> torch.Tensor:
     return src
 
 
-@pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
-def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef):
-    torch.manual_seed(0)
-    model = Seq2Seq(small_config(encoder_method=enc, decoder_method=dec, coefficients=coef)).eval()
-    src = sources()
-    tgt = torch.randint(4, 40, (3, 6))
+def cached_and_full_logits(
+    model: Seq2Seq, src: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """Decoder logits ``(B, 6, V)`` of one random target, step by step through the cache and
+    teacher-forced in one pass, and the cache's final state."""
+    tgt = torch.randint(4, 40, (src.shape[0], 6))
     tgt[:, 0] = model.config.bos_id
     with torch.no_grad():
         full = model(src, tgt)
         state = model.init_state(model.encode(src))
         steps = [model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.shape[1])]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    return torch.cat(steps, dim=1), full, state
+
+
+@pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
+def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef):
+    torch.manual_seed(0)
+    model = Seq2Seq(small_config(encoder_method=enc, decoder_method=dec, coefficients=coef)).eval()
+    steps, full, state = cached_and_full_logits(model, sources())
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
     assert state.length == 6
     assert len(state.self_attn) == sum(model.decoder.stage_counts)
 
