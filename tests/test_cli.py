@@ -175,3 +175,16 @@ def test_every_flag_of_every_command_has_help_and_odet_data_knows_every_dataset(
     assert not missing
     assert sorted(DATA_CHOICES) == sorted(["list", *DATASETS])
     assert "(default: 5)" in sub.choices["average"].format_help()
+
+
+def test_an_internal_error_keeps_its_traceback_and_says_it_is_a_bug(monkeypatch, capsys):
+    from odet import cli
+
+    def broken(args):
+        raise RuntimeError("an invariant broke")
+
+    monkeypatch.setitem(cli.COMMANDS, "config", broken)
+    assert cli.main(["config", "show", "configs/multi30k/euler.yaml"]) == cli.EXIT_INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: an invariant broke" in err
+    assert err.strip().splitlines()[-1].startswith("odet: internal error (a bug in odet")

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import sys
+import traceback
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -19,6 +20,7 @@ from pathlib import Path
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_TRAINING_FAILED = 1
+EXIT_INTERNAL_ERROR = 70
 RUN = "(default: the run's generation section)"
 """How ``odet generate``'s search flags default: to what the run was validated with."""
 DATA_CHOICES = ["list", "dialogsum", "jfleg", "multi30k", "tinyshakespeare"]
@@ -707,6 +709,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = f"{message}: {err.filename}"
         print(f"odet: error: {message}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except Exception as err:  # not a user error: a bug, reported with its traceback
+        traceback.print_exc()
+        print(
+            f"odet: internal error (a bug in odet, not in your input): {type(err).__name__}; "
+            "please report it with the traceback above",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":
