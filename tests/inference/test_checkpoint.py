@@ -70,11 +70,15 @@ def test_resolve_model_dir_finds_best_and_last_of_a_run_or_its_checkpoints(tmp_p
     assert resolve_model_dir(checkpoints / "step_0000200") == checkpoints / "step_0000200"
 
 
-def test_resolve_model_dir_falls_back_to_last_without_a_best(tmp_path: Path):
+def test_resolve_model_dir_falls_back_to_last_without_a_best_and_says_so(tmp_path: Path, caplog):
     run = _run(tmp_path)
     index = {"checkpoints": [], "last": "step_0000200", "best": None}
     (run / "checkpoints" / "index.json").write_text(json.dumps(index))
     assert resolve_model_dir(run) == run / "checkpoints" / "step_0000200"
+    assert "no best checkpoint (the run never validated); using the last one" in caplog.text
+    caplog.clear()
+    resolve_model_dir(run, "last")
+    assert caplog.text == ""
 
 
 def test_resolve_model_dir_explains_what_it_expected(tmp_path: Path):

@@ -161,6 +161,13 @@ def run_checkpoint(root: Path, which: str = "best") -> Path:
     if name is None:
         raise CheckpointError(f"{root} holds no checkpoint that verifies")
     role = which if index.get(which) else "last"
+    if role != which:
+        logger.warning(
+            "%s has no %s checkpoint (the run never validated); using the last one, %s",
+            root,
+            which,
+            name,
+        )
     checkpoint = root / name
     if not checkpoint.is_dir():
         raise CheckpointError(
