@@ -9,8 +9,10 @@ solver with the config's tolerances). Per system the script reports
   random lengths (padded), in interleaved rounds (``measure.round_robin``);
 - the time per decoded sentence (beam search, every hypothesis forced to ``gen_tokens``
   tokens), in the same rounds;
-- the encoder's NFE per sentence (summed over the blocks) on the training batch and on the
-  decoded sources: mean, min, max (the Euler encoder makes one evaluation per block);
+- the encoder's NFE per sentence (summed over the blocks) on the training batch in training
+  mode (dropout on, as in a step; and, for the continuous encoder, the same weights with
+  dropout 0) and on the decoded sources in evaluation mode: mean, min, max (the Euler encoder
+  makes one evaluation per block);
 - for the continuous encoder, the share of the encoder's forward time spent outside the field's
   evaluations (solver bookkeeping, step-size control, host syncs): forward hooks time every call
   of each block's field and the whole encoder, in separate untimed passes (training forward
@@ -27,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -223,6 +226,11 @@ def run(size: Size, rounds: int, warmup: int = 1, share_repeats: int = 3) -> dic
             "encoder_nfe_train_batch": _stats(encoder_nfe(model, batch.src, train=True)),
             "encoder_nfe_decode_sources": _stats(encoder_nfe(model, sources)),
         }
+    no_dropout = Seq2Seq(replace(models["continuous"].config, dropout=0.0))
+    no_dropout.load_state_dict(models["continuous"].state_dict())
+    rows["continuous"]["encoder_nfe_train_batch_dropout0"] = _stats(
+        encoder_nfe(no_dropout, batch.src, train=True)
+    )
     rows["continuous"]["time_outside_field"] = outside_share(
         models["continuous"], batch, sources, share_repeats
     )
@@ -276,7 +284,11 @@ def markdown(result: dict, command: str, machine: str) -> str:
             f"{nt['max']}] | {nd['mean']:.1f} [{nd['min']}, {nd['max']}] |"
         )
     ratios = result["ratio_continuous_over_euler"]
+    nfe0 = rows["continuous"]["encoder_nfe_train_batch_dropout0"]
     lines += [
+        "",
+        f"Continuous encoder on the training batch in training mode with dropout 0 (same "
+        f"weights): NFE/sentence {nfe0['mean']:.1f} [{nfe0['min']}, {nfe0['max']}].",
         "",
         f"Continuous / Euler, median of same-round ratios: training step "
         f"{ratios['train_step']:.2f}x, decoding {ratios['decode']:.2f}x.",
@@ -311,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.processor() or platform.machine()}, {args.threads} thread(s), "
         f"torch {torch.__version__}"
     )
-    command = "python -m benchmarks.adaptive_encoder " + " ".join(
-        sys.argv[1:] if argv is None else argv
+    command = shlex.join(
+        ["python", "-m", "benchmarks.adaptive_encoder", *(sys.argv[1:] if argv is None else argv)]
     )
     size = SIZES[args.size]
     if args.train_tokens:

@@ -35,6 +35,7 @@ def test_toy_run_writes_every_field(tmp_path):
     assert result["systems"]["continuous"]["encoder_nfe_decode_sources"]["min"] > 1
     for share in result["systems"]["continuous"]["time_outside_field"].values():
         assert 0 < share["share_outside_field"] < 1 and share["field_calls_per_call"] > 1
+    assert result["systems"]["continuous"]["encoder_nfe_train_batch_dropout0"]["min"] > 1
     assert set(result["ratio_continuous_over_euler"]) == {"train_step", "decode"}
     text = (tmp_path / "t.md").read_text()
     assert "| continuous |" in text and "share outside" in text
