@@ -1,20 +1,46 @@
-import torch, time, statistics
+"""Relative positions at d512: alternate single training steps of the plain and the RPR model.
+
+Run from the repository root:
+``PYTHONPATH=. python benchmarks/runs/relative_positions_d512_alternating.py``.
+"""
+
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
 from benchmarks.systems import SIZES, odet_model
-torch.set_num_threads(1)
-size = SIZES["d512"]
-B, T = 128, 16
-g = torch.Generator().manual_seed(0)
-src = torch.randint(4, 1000, (B, T), generator=g); tgt = torch.randint(4, 1000, (B, T), generator=g)
-models = {p: odet_model(size, positions=p).train() for p in ("sinusoidal", "both")}
-opts = {p: torch.optim.Adam(m.parameters(), 1e-4) for p, m in models.items()}
-def step(p):
-    m, o = models[p], opts[p]
-    o.zero_grad(); out = m(src, tgt); torch.nn.functional.cross_entropy(out.float().flatten(0,1), tgt.flatten()).backward(); o.step()
-for p in models: step(p)
-ratios = []; times = {p: [] for p in models}
-for r in range(4):
+
+ROUNDS = 4
+BATCH, LENGTH = 128, 16
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, 1000, (BATCH, LENGTH), generator=g)
+    tgt = torch.randint(4, 1000, (BATCH, LENGTH), generator=g)
+    models = {p: odet_model(SIZES["d512"], positions=p).train() for p in ("sinusoidal", "both")}
+    optims = {p: torch.optim.Adam(m.parameters(), 1e-4) for p, m in models.items()}
+
+    def step(p: str) -> float:
+        start = time.perf_counter()
+        optims[p].zero_grad()
+        logits = models[p](src, tgt)
+        F.cross_entropy(logits.float().flatten(0, 1), tgt.flatten()).backward()
+        optims[p].step()
+        return time.perf_counter() - start
+
     for p in models:
-        t = time.perf_counter(); step(p); times[p].append(time.perf_counter() - t)
-    ratios.append(times["both"][-1] / times["sinusoidal"][-1])
-print({p: [round(x, 2) for x in v] for p, v in times.items()})
-print("same-round ratios", [round(x, 3) for x in ratios], "median", round(statistics.median(ratios), 3))
+        step(p)
+    times: dict[str, list[float]] = {p: [] for p in models}
+    for _ in range(ROUNDS):
+        for p in models:
+            times[p].append(step(p))
+    ratios = [b / s for b, s in zip(times["both"], times["sinusoidal"], strict=True)]
+    print({p: [round(t, 2) for t in v] for p, v in times.items()})
+    print("same-round ratios", [round(r, 3) for r in ratios], "median", statistics.median(ratios))
+
+
+if __name__ == "__main__":
+    main()
