@@ -13,6 +13,7 @@ from odet.experiments.ode_trace import SolveTracer, field_weight_norms, read_tra
 from odet.experiments.parity import ParityExperimentConfig, main, run_key, run_parity
 from odet.models.classifier import ClassifierConfig, SequenceClassifier
 from odet.nn.time import TimeConditionedEncoderField
+from tests.experiments.test_parity import TINY as PARITY_TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,16 +21,7 @@ NODE = {
     "encoder_method": "continuous", "layer_norm": False, "rtol": 0.01, "atol": 0.01,
     "time_conditioning": "concat", "on_failure": "flag",
 }  # fmt: skip
-TINY = {
-    "seed": 0,
-    "task": {
-        "train_size": 64, "val_size": 16, "test_per_length": 4, "min_length": 1,
-        "max_length": 3, "test_max_length": 5,
-    },
-    "training": {"steps": 3, "batch_size": 16},
-    "model": {"d_model": 8, "num_heads": 2, "ffn_dim": 16, "activation": "gelu"},
-    "variants": [{"name": "node", "model": NODE}],
-}  # fmt: skip
+TINY = {**PARITY_TINY, "variants": [{"name": "node", "model": NODE}]}
 
 REFERENCE_FINAL_LOSS = 0.7499366998672485
 """TINY's node variant trained by commit 376a80d (before these options) on one thread."""
