@@ -48,12 +48,12 @@ def cached_logits(model: CausalLM, ids: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("method", "coefficients", "history"), CASES, ids=IDS)
-def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficients, history):
+def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficients, history, device):
     torch.manual_seed(0)
     model = lively(CausalLM(small(method=method, coefficients=coefficients, history=history)))
-    model = model.double()
+    model = model.double().to(device)
     assert isinstance(model.stack, DLCLStack) == (history == "dlcl" or method == "dlcl")
-    ids = tokens()
+    ids = tokens().to(device)
     with torch.no_grad():
         full = model(ids)
         torch.testing.assert_close(cached_logits(model, ids), full, rtol=0, atol=1e-5)
@@ -65,10 +65,11 @@ def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficient
 
 
 @pytest.mark.parametrize(("method", "coefficients", "history"), CASES, ids=IDS)
-def test_gradients_reach_every_parameter(method, coefficients, history):
+def test_gradients_reach_every_parameter(method, coefficients, history, device):
     torch.manual_seed(1)
     model = CausalLM(small(method=method, coefficients=coefficients, history=history)).train()
-    ids = tokens(length=10)
+    model = model.to(device)
+    ids = tokens(length=10).to(device)
     loss = F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
     loss.backward()
     silent = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.any()]
