@@ -106,13 +106,13 @@ def test_euler_is_a_hand_written_pre_norm_gpt():
 
 
 @pytest.mark.parametrize("method", ["euler", "rk2", "rk4"])
-def test_relative_positions_decode_exactly(method):
+def test_relative_positions_decode_exactly(method, device):
     torch.manual_seed(3)
     cfg = small(method=method, positions="relative", max_relative_distance=3)
-    model = lively(CausalLM(cfg)).double()
+    model = lively(CausalLM(cfg)).double().to(device)
     assert model.positions is None
     assert all(b.field.self_attn.relative is not None for b in model.stack.blocks)
-    ids = tokens(length=9)
+    ids = tokens(length=9).to(device)
     with torch.no_grad():
         torch.testing.assert_close(cached_logits(model, ids), model(ids), rtol=0, atol=1e-5)
     prompt = ids[:, :2]
@@ -121,12 +121,12 @@ def test_relative_positions_decode_exactly(method):
     )
 
 
-def test_sinusoidal_positions_and_no_biases_decode_exactly():
+def test_sinusoidal_positions_and_no_biases_decode_exactly(device):
     torch.manual_seed(4)
     cfg = small(method="rk2", positions="sinusoidal", bias=False, stage_norm=True)
-    model = lively(CausalLM(cfg)).double()
+    model = lively(CausalLM(cfg)).double().to(device)
     assert not [n for n, _ in model.named_parameters() if n.endswith(".bias")]
-    ids = tokens()
+    ids = tokens().to(device)
     with torch.no_grad():
         torch.testing.assert_close(cached_logits(model, ids), model(ids), rtol=0, atol=1e-5)
 
