@@ -369,9 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     tests = args.tests or (list(QUICK_TESTS) if args.quick else ["tests"])
     start = time.perf_counter()
     if device.type == "cuda" and not torch.cuda.is_available():
-        build = f"torch {torch.__version__}" + ("" if torch.version.cuda else " is a CPU build")
+        build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a CPU build")
         if gpu_present():
-            reason = f"an NVIDIA GPU is present but {build} cannot use it; install a CUDA build"
+            reason = (
+                f"an NVIDIA GPU is present but torch cannot use it ({build}); install a CUDA build"
+            )
             checks = no_cuda(reason, status="FAIL")
         else:
             checks = no_cuda(f"no CUDA device ({build}); --device cpu runs the checks on the CPU")
