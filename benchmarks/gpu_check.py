@@ -313,10 +313,13 @@ def run_checks(
     tests: list[str],
     *,
     timeout: float = 240.0,
+    workers: int = 0,
     python: str = sys.executable,
     report: Callable[[Check], None] = lambda check: print(check.line(), flush=True),
 ) -> list[Check]:
-    """Every check on ``device``, each reported as it finishes; the checks in order."""
+    """Every check on ``device``, each reported as it finishes; the checks in order.
+    ``workers`` > 0 runs the device tests in that many pytest-xdist processes (tiny models on a
+    GPU wait on kernel launches, which processes overlap)."""
     checks: list[Check] = []
 
     def run(name: str, check: Callable[[], Check]) -> None:
@@ -328,11 +331,9 @@ def run_checks(
         report(outcome)
 
     run("device", lambda: device_check(device))
-    ignore = [f"--ignore={DISTRIBUTED_TEST}"]
-    run(
-        "tests",
-        lambda: pytest_check("tests", device, ["-m", "device", *ignore, *tests], timeout, python),
-    )
+    selection = ["-m", "device", f"--ignore={DISTRIBUTED_TEST}", *tests]
+    parallel = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
+    run("tests", lambda: pytest_check("tests", device, parallel + selection, timeout, python))
     if device.type == "cuda":  # fp32 checks compare fp32, not TF32, results
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -341,6 +342,8 @@ def run_checks(
     for family in FAMILIES:
         run(f"decode-{family}", lambda family=family: decode_check(family, sizes, device))
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    if gpus:
+        torch.cuda.empty_cache()  # the ranks' processes get the memory the models held
     if gpus >= 2:
         args = ["-m", "device", DISTRIBUTED_TEST]
         run("ddp-nccl", lambda: pytest_check("ddp-nccl", device, args, timeout, python))
@@ -363,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{' '.join(QUICK_TESTS)})",
     )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per pytest run")
+    parser.add_argument(
+        "--workers", type=int, help="pytest-xdist processes of the device tests (default: 4 on "
+        "CUDA, none on the CPU)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     sizes = QUICK if args.quick else FULL
@@ -380,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         for check in checks:
             print(check.line(), flush=True)
     else:
-        checks = run_checks(device, sizes, tests, timeout=args.timeout)
+        workers = args.workers if args.workers is not None else 4 * (device.type == "cuda")
+        checks = run_checks(device, sizes, tests, timeout=args.timeout, workers=workers)
     failed = [c.name for c in checks if c.status == "FAIL"]
     counts = {s: sum(c.status == s for c in checks) for s in ("PASS", "FAIL", "SKIP")}
     print(
