@@ -1,10 +1,11 @@
-# The two commands of the README: `make demo` (an end-to-end run) and `make test`.
+# The two commands of the README: `make demo` (an end-to-end run) and `make test`;
+# `make gpu-check` on a machine with a CUDA GPU (and a CUDA build of torch in the venv).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.odet-installed
 
-.PHONY: setup test test-all lint demo clean
+.PHONY: setup test test-all lint demo gpu-check clean
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ test-all: $(STAMP) lint
 
 demo: $(STAMP)
 	$(VENV)/bin/odet demo
+
+gpu-check: $(STAMP)
+	$(PY) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

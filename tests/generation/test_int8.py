@@ -104,3 +104,15 @@ def test_int8_is_refused_for_training_time_evaluation_and_non_fp32_models():
         ForwardPrecision.for_evaluation("int8", torch.device("cpu"))
     with pytest.raises(ValueError, match="fp32"):
         inference_model(Seq2Seq(small_config()).to(torch.bfloat16), "int8")
+
+
+def test_int8_decodes_on_the_cpu_and_is_refused_with_its_reason_on_other_devices(device):
+    model = Seq2Seq(small_config()).eval().to(device)
+    src = sources(device=device)
+    if device.type == "cpu":
+        decoding = inference_model(model, "int8")
+        assert isinstance(decoding.output_projection, Int8Linear)
+        assert len(decoding.generate(src, beam_size=2, max_len=4)) == 3
+    else:  # torch._int_mm's CUDA kernel has other shape rules: not a silent fallback
+        with pytest.raises(ValueError, match=r"runs on CPU only \(the model is on cuda\)"):
+            inference_model(model, "int8")

@@ -6,6 +6,7 @@ import torch
 from odet.config import ConfigError
 from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.models.config import ContinuousEncoderConfig
+from tests.devices import fp32_tolerance
 
 
 def _config(**overrides) -> Seq2SeqConfig:
@@ -31,25 +32,27 @@ def _sources():
 
 
 @pytest.mark.parametrize("decoder", ["euler", "rk2"])
-def test_adaptive_encoder_decodes_incrementally_exactly(decoder):
+def test_adaptive_encoder_decodes_incrementally_exactly(decoder, device):
     torch.manual_seed(0)
-    model = Seq2Seq(_config(decoder_method=decoder)).eval()
+    model = Seq2Seq(_config(decoder_method=decoder)).eval().to(device)
     src, tgt = _sources(), torch.randint(4, 40, (3, 5))
     tgt[:, 0] = 2
+    src, tgt = src.to(device), tgt.to(device)
     with torch.no_grad():
         full = model(src, tgt)
         state = model.init_state(model.encode(src))
         steps = torch.cat([model.decode(tgt[:, t : t + 1], state=state) for t in range(5)], 1)
-    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(steps, full, **fp32_tolerance(device))
     assert model.generate(src, beam_size=2, max_len=6) == model.generate(
         src, beam_size=2, max_len=6, use_cache=False
     )
 
 
-def test_encoder_stats_come_back_and_gradients_reach_every_parameter():
+def test_encoder_stats_come_back_and_gradients_reach_every_parameter(device):
     torch.manual_seed(1)
-    model = Seq2Seq(_config())
-    logits, stats = model(_sources(), torch.randint(4, 40, (3, 4)), with_stats=True)
+    model = Seq2Seq(_config()).to(device)
+    src, tgt = _sources().to(device), torch.randint(4, 40, (3, 4)).to(device)
+    logits, stats = model(src, tgt, with_stats=True)
     assert stats is not None and stats.nfe.shape == (3,) and (stats.nfe > 0).all()
     (logits.logsumexp(-1).sum() + stats.arclength.mean()).backward()
     for name, p in model.named_parameters():

@@ -48,12 +48,12 @@ def cached_logits(model: CausalLM, ids: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("method", "coefficients", "history"), CASES, ids=IDS)
-def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficients, history):
+def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficients, history, device):
     torch.manual_seed(0)
     model = lively(CausalLM(small(method=method, coefficients=coefficients, history=history)))
-    model = model.double()
+    model = model.double().to(device)
     assert isinstance(model.stack, DLCLStack) == (history == "dlcl" or method == "dlcl")
-    ids = tokens()
+    ids = tokens().to(device)
     with torch.no_grad():
         full = model(ids)
         torch.testing.assert_close(cached_logits(model, ids), full, rtol=0, atol=1e-5)
@@ -65,10 +65,11 @@ def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficient
 
 
 @pytest.mark.parametrize(("method", "coefficients", "history"), CASES, ids=IDS)
-def test_gradients_reach_every_parameter(method, coefficients, history):
+def test_gradients_reach_every_parameter(method, coefficients, history, device):
     torch.manual_seed(1)
     model = CausalLM(small(method=method, coefficients=coefficients, history=history)).train()
-    ids = tokens(length=10)
+    model = model.to(device)
+    ids = tokens(length=10).to(device)
     loss = F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
     loss.backward()
     silent = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.any()]
@@ -105,13 +106,13 @@ def test_euler_is_a_hand_written_pre_norm_gpt():
 
 
 @pytest.mark.parametrize("method", ["euler", "rk2", "rk4"])
-def test_relative_positions_decode_exactly(method):
+def test_relative_positions_decode_exactly(method, device):
     torch.manual_seed(3)
     cfg = small(method=method, positions="relative", max_relative_distance=3)
-    model = lively(CausalLM(cfg)).double()
+    model = lively(CausalLM(cfg)).double().to(device)
     assert model.positions is None
     assert all(b.field.self_attn.relative is not None for b in model.stack.blocks)
-    ids = tokens(length=9)
+    ids = tokens(length=9).to(device)
     with torch.no_grad():
         torch.testing.assert_close(cached_logits(model, ids), model(ids), rtol=0, atol=1e-5)
     prompt = ids[:, :2]
@@ -120,12 +121,12 @@ def test_relative_positions_decode_exactly(method):
     )
 
 
-def test_sinusoidal_positions_and_no_biases_decode_exactly():
+def test_sinusoidal_positions_and_no_biases_decode_exactly(device):
     torch.manual_seed(4)
     cfg = small(method="rk2", positions="sinusoidal", bias=False, stage_norm=True)
-    model = lively(CausalLM(cfg)).double()
+    model = lively(CausalLM(cfg)).double().to(device)
     assert not [n for n, _ in model.named_parameters() if n.endswith(".bias")]
-    ids = tokens()
+    ids = tokens().to(device)
     with torch.no_grad():
         torch.testing.assert_close(cached_logits(model, ids), model(ids), rtol=0, atol=1e-5)
 

@@ -5,6 +5,7 @@ import torch
 
 from odet.config import ConfigError
 from odet.models import Seq2Seq
+from tests.devices import fp32_tolerance
 from tests.models.test_seq2seq import cached_and_full_logits, lively, small_config, sources
 
 NEW_METHODS = ["ab2", "ab3", "dlcl", "pc", "implicit_euler"]
@@ -23,19 +24,19 @@ DEEP = {"encoder_layers": 3, "decoder_layers": 3}  # so AB3 reaches its full ord
 
 
 @pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
-def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef):
+def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef, device):
     torch.manual_seed(0)
     cfg = small_config(encoder_method=enc, decoder_method=dec, coefficients=coef, **DEEP)
-    model = Seq2Seq(cfg).eval()
-    steps, full, state = cached_and_full_logits(model, sources())
-    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+    model = Seq2Seq(cfg).eval().to(device)
+    steps, full, state = cached_and_full_logits(model, sources(device=device))
+    torch.testing.assert_close(steps, full, **fp32_tolerance(device))
     assert len(state.self_attn) == sum(model.decoder.stage_counts)
 
 
 @pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_generate_with_cache_returns_the_tokens_of_generate_without_cache(
-    enc, dec, coef, beam_size
+    enc, dec, coef, beam_size, device
 ):
     torch.manual_seed(1)
     cfg = small_config(
@@ -45,8 +46,8 @@ def test_generate_with_cache_returns_the_tokens_of_generate_without_cache(
         share_decoder_embeddings=False,
         **DEEP,
     )
-    model = lively(Seq2Seq(cfg)).double()
-    src = sources(batch=5, seed=1)
+    model = lively(Seq2Seq(cfg)).double().to(device)
+    src = sources(batch=5, seed=1, device=device)
     cached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=True)
     uncached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=False)
     assert cached == uncached
@@ -65,10 +66,11 @@ def test_decoder_state_holds_one_cache_per_block_and_stage(method, stages):
 
 
 @pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
-def test_gradients_reach_every_parameter(enc, dec, coef):
+def test_gradients_reach_every_parameter(enc, dec, coef, device):
     torch.manual_seed(3)
     model = Seq2Seq(small_config(encoder_method=enc, decoder_method=dec, coefficients=coef))
-    src, tgt = sources(), torch.randint(4, 40, (3, 5))
+    model = model.to(device)
+    src, tgt = sources(device=device), torch.randint(4, 40, (3, 5)).to(device)
     model(src, tgt).logsumexp(-1).sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name

@@ -52,12 +52,12 @@ def test_update_sizes_equal_a_manual_pass_through_the_encoder_blocks():
     assert len(sizes["decoder"]) == 2
 
 
-def test_coefficient_snapshot_reports_fixed_learned_and_gate_values():
+def test_coefficient_snapshot_reports_fixed_learned_and_gate_values(device):
     torch.manual_seed(1)
-    src, tgt = _batch()
-    fixed = coefficient_snapshot(_model(encoder_method="rk2"), src, tgt)
+    src, tgt = (t.to(device) for t in _batch())
+    fixed = coefficient_snapshot(_model(encoder_method="rk2").to(device), src, tgt)
     assert fixed["encoder"] == [[0.5, 0.5]] * 3 and fixed["decoder"] == [[1.0]] * 2
-    gated = _model(encoder_method="rk2", coefficients="gated")
+    gated = _model(encoder_method="rk2", coefficients="gated").to(device)
     snapshot = coefficient_snapshot(gated, src, tgt)
     gates = []
     block = gated.encoder.blocks[0]
@@ -69,20 +69,20 @@ def test_coefficient_snapshot_reports_fixed_learned_and_gate_values():
     assert all(0 < row[0] < 1 for row in snapshot["encoder"])
 
 
-def test_coefficient_snapshot_lists_predictor_then_corrector_weights_and_dlcl_rows():
+def test_coefficient_snapshot_lists_predictor_then_corrector_weights_and_dlcl_rows(device):
     torch.manual_seed(4)
-    src, tgt = _batch()
-    pc = _model(encoder_method="pc", coefficients="ema")
+    src, tgt = (t.to(device) for t in _batch())
+    pc = _model(encoder_method="pc", coefficients="ema").to(device)
     for block in pc.encoder.blocks:
         with torch.no_grad():
-            block.corrector_coefficients.weight.add_(torch.tensor([0.1, -0.2, 0.3]))
+            block.corrector_coefficients.weight.add_(torch.tensor([0.1, -0.2, 0.3], device=device))
     snapshot = coefficient_snapshot(pc, src, tgt)
     for block, row in zip(pc.encoder.blocks, snapshot["encoder"], strict=True):
         gamma = block.corrector_coefficients.weight.detach()
         expected = [*block.predictor_coefficients.weights(), *gamma]
         assert row == pytest.approx([float(w) for w in expected])
     assert snapshot["encoder"][0][2:] == pytest.approx([0.6, -0.2, 0.8])
-    dlcl = _model(encoder_method="dlcl")
+    dlcl = _model(encoder_method="dlcl").to(device)
     with torch.no_grad():
         dlcl.encoder.weights[2][1] = 0.9
     snapshot = coefficient_snapshot(dlcl, src, tgt)

@@ -38,13 +38,14 @@ def _config(enc, dec, coef, positions, values, **overrides) -> Seq2SeqConfig:
 @pytest.mark.parametrize(("positions", "values"), POSITIONS)
 @pytest.mark.parametrize(("enc", "dec", "coef"), METHODS)
 def test_cached_logits_equal_teacher_forced_logits_position_by_position(
-    enc, dec, coef, positions, values
+    enc, dec, coef, positions, values, device
 ):
     torch.manual_seed(0)
-    model = lively(Seq2Seq(_config(enc, dec, coef, positions, values))).double()
-    src = sources()
+    model = lively(Seq2Seq(_config(enc, dec, coef, positions, values))).double().to(device)
+    src = sources(device=device)
     tgt = torch.randint(4, 40, (3, 8))
     tgt[:, 0] = model.config.bos_id
+    tgt = tgt.to(device)
     with torch.no_grad():
         full = model(src, tgt)
         state = model.init_state(model.encode(src))
@@ -56,13 +57,14 @@ def test_cached_logits_equal_teacher_forced_logits_position_by_position(
 @pytest.mark.parametrize(("enc", "dec", "coef"), METHODS)
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_cached_and_uncached_search_return_the_same_tokens(
-    enc, dec, coef, positions, values, beam_size
+    enc, dec, coef, positions, values, beam_size, device
 ):
     torch.manual_seed(1)
     model = lively(
         Seq2Seq(_config(enc, dec, coef, positions, values, share_decoder_embeddings=False))
     ).double()
-    src = sources(batch=4, seed=1)
+    model = model.to(device)
+    src = sources(batch=4, seed=1, device=device)
     cached = model.generate(src, beam_size=beam_size, max_len=10, use_cache=True)
     assert cached == model.generate(src, beam_size=beam_size, max_len=10, use_cache=False)
     assert len({tuple(h) for h in cached}) > 1

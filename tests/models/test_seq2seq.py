@@ -6,6 +6,7 @@ import torch
 
 from odet.config import ConfigError
 from odet.models import CheckpointError, Seq2Seq, Seq2SeqConfig
+from tests.devices import fp32_tolerance
 
 METHODS = ["euler", "rk2", "rk4"]
 COMBINATIONS = (
@@ -39,11 +40,13 @@ def lively(model: Seq2Seq) -> Seq2Seq:
     return model.eval()
 
 
-def sources(batch: int = 3, length: int = 7, seed: int = 0) -> torch.Tensor:
+def sources(
+    batch: int = 3, length: int = 7, seed: int = 0, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, 40, (batch, length), generator=g)
     src[1, length - 2 :] = 0  # a padded row
-    return src
+    return src.to(device)
 
 
 def cached_and_full_logits(
@@ -53,6 +56,7 @@ def cached_and_full_logits(
     teacher-forced in one pass, and the cache's final state."""
     tgt = torch.randint(4, 40, (src.shape[0], 6))
     tgt[:, 0] = model.config.bos_id
+    tgt = tgt.to(src.device)
     with torch.no_grad():
         full = model(src, tgt)
         state = model.init_state(model.encode(src))
@@ -61,11 +65,12 @@ def cached_and_full_logits(
 
 
 @pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
-def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef):
+def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef, device):
     torch.manual_seed(0)
-    model = Seq2Seq(small_config(encoder_method=enc, decoder_method=dec, coefficients=coef)).eval()
-    steps, full, state = cached_and_full_logits(model, sources())
-    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+    model = Seq2Seq(small_config(encoder_method=enc, decoder_method=dec, coefficients=coef))
+    model = model.eval().to(device)
+    steps, full, state = cached_and_full_logits(model, sources(device=device))
+    torch.testing.assert_close(steps, full, **fp32_tolerance(device))
     assert state.length == 6
     assert len(state.self_attn) == sum(model.decoder.stage_counts)
 
@@ -73,14 +78,14 @@ def test_incremental_decoding_logits_equal_teacher_forced_logits(enc, dec, coef)
 @pytest.mark.parametrize(("enc", "dec", "coef"), COMBINATIONS)
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_generate_with_cache_returns_the_tokens_of_generate_without_cache(
-    enc, dec, coef, beam_size
+    enc, dec, coef, beam_size, device
 ):
     torch.manual_seed(1)
     cfg = small_config(
         encoder_method=enc, decoder_method=dec, coefficients=coef, share_decoder_embeddings=False
     )
-    model = lively(Seq2Seq(cfg)).double()
-    src = sources(batch=5, seed=1)
+    model = lively(Seq2Seq(cfg)).double().to(device)
+    src = sources(batch=5, seed=1, device=device)
     cached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=True)
     uncached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=False)
     assert cached == uncached
@@ -88,10 +93,11 @@ def test_generate_with_cache_returns_the_tokens_of_generate_without_cache(
     assert any(len(set(h)) > 1 for h in cached)
 
 
-def test_padding_does_not_leak_into_other_positions_or_rows():
+def test_padding_does_not_leak_into_other_positions_or_rows(device):
     torch.manual_seed(2)
     model = lively(Seq2Seq(small_config(encoder_method="rk2", decoder_method="rk2"))).double()
-    src = sources(seed=2)
+    model = model.to(device)
+    src = sources(seed=2, device=device)
     batch = model.generate(src, beam_size=2, max_len=8)
     alone = [
         model.generate(src[i : i + 1, : (5 if i == 1 else 7)], beam_size=2, max_len=8)[0]
@@ -109,14 +115,14 @@ def test_padding_does_not_leak_into_other_positions_or_rows():
         ("euler", "rk4", "fixed"),
     ],
 )
-def test_gradients_reach_every_parameter(enc, dec, coef):
+def test_gradients_reach_every_parameter(enc, dec, coef, device):
     torch.manual_seed(3)
     model = Seq2Seq(
         small_config(
             encoder_method=enc, decoder_method=dec, coefficients=coef, share_gate=coef == "gated"
         )
-    )
-    src, tgt = sources(), torch.randint(4, 40, (3, 5))
+    ).to(device)
+    src, tgt = sources(device=device), torch.randint(4, 40, (3, 5)).to(device)
     model(src, tgt).logsumexp(-1).sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -157,6 +163,27 @@ def test_save_and_from_pretrained_round_trip_gives_identical_outputs(tmp_path, s
     assert (loaded.src_embed is loaded.tgt_embed) == share_all
     header = json.loads((tmp_path / "m" / "config.json").read_text())
     assert header["format_version"] == 1 and header["config"]["decoder_method"] == "rk4"
+
+
+def test_a_model_saved_on_its_device_loads_on_the_cpu_and_back_with_the_same_weights(
+    tmp_path, device
+):
+    torch.manual_seed(4)
+    cfg = small_config(encoder_method="rk2", decoder_method="rk2", coefficients="gated")
+    model = Seq2Seq(cfg).eval().to(device)
+    model.save_pretrained(tmp_path / "m")
+    on_cpu = Seq2Seq.from_pretrained(tmp_path / "m").eval()
+    assert {p.device.type for p in on_cpu.parameters()} == {"cpu"}
+    assert on_cpu.output_projection.weight is on_cpu.tgt_embed.weight
+    for (name, saved), loaded in zip(model.state_dict().items(), on_cpu.state_dict().values()):
+        torch.testing.assert_close(loaded, saved.cpu(), atol=0, rtol=0, msg=name)
+    back = Seq2Seq.from_pretrained(tmp_path / "m", map_location=device).eval()
+    src, tgt = sources(device=device), torch.randint(4, 40, (3, 5)).to(device)
+    with torch.no_grad():
+        torch.testing.assert_close(back(src, tgt), model(src, tgt), atol=0, rtol=0)
+        torch.testing.assert_close(
+            on_cpu(src.cpu(), tgt.cpu()), model(src, tgt).cpu(), **fp32_tolerance(device)
+        )
 
 
 def test_from_pretrained_reports_missing_corrupt_and_mismatched_directories(tmp_path):
@@ -235,7 +262,7 @@ def test_bad_inputs_give_clear_errors():
 
 @pytest.mark.parametrize("decoder_method", ["euler", "rk2"])
 def test_cached_beam_search_equals_uncached_when_sentences_finish_at_different_times(
-    decoder_method,
+    decoder_method, device
 ):
     """Finished sentences leave the batch, so the beams' shared memory rows are pruned."""
     torch.manual_seed(1)
@@ -244,7 +271,8 @@ def test_cached_beam_search_equals_uncached_when_sentences_finish_at_different_t
     with torch.no_grad():  # EOS scores follow a group of tokens: sentences end at varied steps
         weight = model.output_projection.weight
         weight[model.config.eos_id] = weight[10:20].mean(0) * 4
-    src = sources(batch=6, seed=1)
+    model = model.to(device)
+    src = sources(batch=6, seed=1, device=device)
     cached = model.generate(src, beam_size=3, max_len=12, use_cache=True)
     assert cached == model.generate(src, beam_size=3, max_len=12, use_cache=False)
     assert len({len(h) for h in cached}) > 2

@@ -4,6 +4,7 @@ from torch import nn
 
 from odet.blocks import ODEBlock
 from odet.nn import DecoderField, EncoderField, KVCache, SelfAttention, attention_mask
+from tests.devices import fp32_tolerance
 
 D, H, FFN = 16, 4, 32
 
@@ -89,13 +90,14 @@ def test_cached_self_attention_equals_full_causal_attention_step_by_step():
     assert cache.length == 5
 
 
-def test_cached_self_attention_with_multi_token_chunks_uses_offset_causal_mask():
+def test_cached_self_attention_with_multi_token_chunks_uses_offset_causal_mask(device):
     torch.manual_seed(3)
-    attn = SelfAttention(D, H)
-    x = torch.randn(2, 6, D)
+    attn = SelfAttention(D, H).to(device)
+    x = torch.randn(2, 6, D).to(device)
     cache = KVCache()
     chunks = [attn(x[:, :2], causal=True, cache=cache), attn(x[:, 2:], causal=True, cache=cache)]
-    torch.testing.assert_close(torch.cat(chunks, dim=1), attn(x, causal=True), atol=1e-6, rtol=1e-6)
+    tolerance = {"atol": 1e-6, "rtol": 1e-6} if device.type == "cpu" else fp32_tolerance(device)
+    torch.testing.assert_close(torch.cat(chunks, dim=1), attn(x, causal=True), **tolerance)
 
 
 def test_attention_mask_is_bottom_right_causal_and_hides_padding():
@@ -104,6 +106,14 @@ def test_attention_mask_is_bottom_right_causal_and_hides_padding():
     assert mask[0, 0].tolist() == [[True, True, True, False], [True, True, True, False]]
     mask = attention_mask(None, num_queries=2, num_keys=3, causal=True)
     assert mask[0, 0].tolist() == [[True, True, False], [True, True, True]]
+
+
+def test_a_causal_mask_without_padding_is_built_on_the_given_device(device):
+    mask = attention_mask(None, num_queries=2, num_keys=3, causal=True, device=device)
+    assert mask.device.type == device.type
+    assert mask[0, 0].tolist() == [[True, True, False], [True, True, True]]
+    pad = torch.tensor([[False, False, True]], device=device)
+    assert attention_mask(pad, 2, 3, causal=True).device.type == device.type
 
 
 def test_layer_convention_returns_layer_output_and_stage_norm_bounds_it():

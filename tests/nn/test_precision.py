@@ -10,22 +10,23 @@ from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.nn.precision import autocast_bf16, precision_context
 
 
-def _train_curve(precision: str, steps: int = 40) -> list[float]:
+def _train_curve(precision: str, device: torch.device, steps: int = 40) -> list[float]:
     """Losses of a tiny copy task (identical init and data) trained at ``precision``."""
     torch.manual_seed(0)
     config = Seq2SeqConfig(
         vocab_size=24, d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1,
         decoder_layers=1, encoder_method="rk2", dropout=0.0, max_positions=16,
     )  # fmt: skip
-    model = Seq2Seq(config)
+    model = Seq2Seq(config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(1)
     src = torch.randint(4, 24, (32, 8), generator=gen)
     tgt_in = torch.cat([torch.full((32, 1), config.bos_id), src[:, :-1]], dim=1)
+    src, tgt_in = src.to(device), tgt_in.to(device)
     losses = []
     for _ in range(steps):
         optimizer.zero_grad()
-        with precision_context(precision):
+        with precision_context(precision, device.type):
             logits = model(src, tgt_in)
             loss = F.cross_entropy(logits.float().flatten(0, 1), src.flatten())
         loss.backward()
@@ -34,17 +35,20 @@ def _train_curve(precision: str, steps: int = 40) -> list[float]:
     return losses
 
 
-def test_bf16_loss_curve_tracks_fp32_on_a_copy_task() -> None:
-    fp32, bf16 = _train_curve("fp32"), _train_curve("bf16")
+def test_bf16_loss_curve_tracks_fp32_on_a_copy_task(device: torch.device) -> None:
+    fp32, bf16 = _train_curve("fp32", device), _train_curve("bf16", device)
     assert fp32[-1] < 0.7 * fp32[0]  # the task is learnt, so the comparison means something
     relative = [abs(a - b) / a for a, b in zip(fp32, bf16, strict=True)]
     assert max(relative) < 0.02, relative
 
 
-def test_bf16_context_runs_matmuls_in_bfloat16_and_keeps_weights_fp32() -> None:
-    linear = torch.nn.Linear(8, 8)
-    with autocast_bf16():
-        out = linear(torch.randn(2, 8))
+def test_bf16_context_runs_matmuls_in_bfloat16_and_keeps_weights_fp32(
+    device: torch.device,
+) -> None:
+    linear = torch.nn.Linear(8, 8).to(device)
+    with autocast_bf16(device.type):
+        assert torch.is_autocast_enabled(device.type)
+        out = linear(torch.randn(2, 8, device=device))
     assert out.dtype == torch.bfloat16
     assert linear.weight.dtype == torch.float32
 
@@ -64,7 +68,9 @@ def test_unknown_precision_names_the_choices() -> None:
     [("rk2", "rk2", "gated"), ("rk2", "euler", "gated_norm"), ("rk4", "rk2", "learned"),
      ("pc", "pc", "ema"), ("continuous", "euler", "fixed")],
 )  # fmt: skip
-def test_under_bf16_autocast_fields_gates_and_stage_sums_are_fp32(encoder, decoder, coefficients):
+def test_under_bf16_autocast_fields_gates_and_stage_sums_are_fp32(
+    encoder, decoder, coefficients, device
+):
     """Only the matmuls run in bf16: every field value (the branch sum), every gate and every
     stage combination comes out in fp32, the residual stream's dtype."""
     from odet.blocks.coefficients import Coefficients, GatedCoefficients
@@ -77,7 +83,7 @@ def test_under_bf16_autocast_fields_gates_and_stage_sums_are_fp32(encoder, decod
         encoder_method=encoder, decoder_method=decoder, coefficients=coefficients,
         max_positions=16, continuous={"fixed_steps": 2, "solver": "rk2"},
     ))  # fmt: skip
-    model = Seq2Seq(config)
+    model = Seq2Seq(config).to(device)
     seen: dict[str, set[torch.dtype]] = {}
 
     def record(name):
@@ -98,8 +104,8 @@ def test_under_bf16_autocast_fields_gates_and_stage_sums_are_fp32(encoder, decod
             module.gate_values = lambda k1, k2, f=original: (
                 gates.append(f(k1, k2).dtype) or f(k1, k2)
             )
-    src = torch.randint(4, 24, (2, 6))
-    with autocast_bf16():
+    src = torch.randint(4, 24, (2, 6)).to(device)
+    with autocast_bf16(device.type):
         logits = model(src, src)
     assert logits.dtype == torch.bfloat16  # the output projection is a bf16 matmul
     assert seen["field"] == {torch.float32}

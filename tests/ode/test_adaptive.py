@@ -17,11 +17,11 @@ def _stable_matrix(n: int = 4, seed: int = 0) -> torch.Tensor:
     return (m - m.T) / 2 - s @ s.T / n - 0.1 * torch.eye(n, dtype=torch.float64)
 
 
-def _linear_problem(dtype: torch.dtype = torch.float64):
+def _linear_problem(dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu"):
     a = _stable_matrix()
     y0 = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     exact = y0 @ torch.linalg.matrix_exp(a).T  # y(1) = exp(A) y0, row-wise
-    a, y0 = a.to(dtype), y0.to(dtype)
+    a, y0, exact = a.to(device, dtype), y0.to(device, dtype), exact.to(device)
     return (lambda t, y: y @ a.T), y0, exact
 
 
@@ -42,12 +42,13 @@ class _Attention(nn.Module):
 
 
 @pytest.mark.parametrize(("backend", "method"), METHODS)
-def test_linear_ode_error_is_within_small_multiple_of_tolerance(backend, method):
-    f, y0, exact = _linear_problem()
+def test_linear_ode_error_is_within_small_multiple_of_tolerance(backend, method, device):
+    f, y0, exact = _linear_problem(device=device)
     tol = 1e-4 if method in LOW_ORDER else 1e-6
     result = odeint_adaptive(f, y0, method=method, backend=backend, rtol=tol, atol=tol)
     error = (result.y - exact).abs().max().item()
     assert error < 10 * tol
+    assert result.y.device == result.stats.nfe.device == y0.device
     assert result.stats.ok
     assert result.stats.t_final.tolist() == [1.0] * 3
 
@@ -64,8 +65,8 @@ def test_nfe_rises_as_tolerance_tightens(backend, method):
 
 
 @pytest.mark.parametrize("backend", sorted(ADAPTIVE_METHODS))
-def test_float32_solve_matches_exact_solution(backend):
-    f, y0, exact = _linear_problem(torch.float32)
+def test_float32_solve_matches_exact_solution(backend, device):
+    f, y0, exact = _linear_problem(torch.float32, device)
     result = odeint_adaptive(f, y0, backend=backend, rtol=1e-5, atol=1e-5)
     assert result.y.dtype == torch.float32
     assert result.stats.t_final.dtype == torch.float32
@@ -73,16 +74,16 @@ def test_float32_solve_matches_exact_solution(backend):
 
 
 @pytest.mark.parametrize("backend", sorted(ADAPTIVE_METHODS))
-def test_field_sees_per_sample_time_in_state_dtype_and_state_shape(backend):
+def test_field_sees_per_sample_time_in_state_dtype_and_state_shape(backend, device):
     seen = []
 
     def f(t, y):
-        seen.append((tuple(t.shape), t.dtype, tuple(y.shape)))
+        seen.append((tuple(t.shape), t.dtype, t.device, tuple(y.shape)))
         return torch.cos(t)[:, None, None].expand_as(y)
 
-    y0 = torch.zeros(2, 3, 5, dtype=torch.float32)
+    y0 = torch.zeros(2, 3, 5, dtype=torch.float32, device=device)
     result = odeint_adaptive(f, y0, 1.0, 2.0, backend=backend, rtol=1e-6, atol=1e-6)
-    assert set(seen) == {((2,), torch.float32, (2, 3, 5))}
+    assert set(seen) == {((2,), torch.float32, y0.device, (2, 3, 5))}
     expected = math.sin(2.0) - math.sin(1.0)  # y(2) = y(1) + ∫_1^2 cos t dt
     torch.testing.assert_close(result.y, torch.full_like(y0, expected), rtol=0, atol=1e-5)
 
@@ -105,14 +106,14 @@ def test_nfe_counts_every_field_call_and_steps_add_up(backend):
 
 @pytest.mark.parametrize("backend", sorted(ADAPTIVE_METHODS))
 @pytest.mark.parametrize("omega", [1.0, 3.0])
-def test_arclength_of_rotation_is_omega_times_radius_times_duration(backend, omega):
-    generator = torch.tensor([[0.0, -omega], [omega, 0.0]], dtype=torch.float64)
-    y0 = torch.tensor([[1.0, 0.0], [3.0, 4.0]], dtype=torch.float64)
+def test_arclength_of_rotation_is_omega_times_radius_times_duration(backend, omega, device):
+    generator = torch.tensor([[0.0, -omega], [omega, 0.0]], dtype=torch.float64, device=device)
+    y0 = torch.tensor([[1.0, 0.0], [3.0, 4.0]], dtype=torch.float64, device=device)
     result = odeint_adaptive(
         lambda t, y: y @ generator.T, y0, 0.5, 2.0, backend=backend, arclength=True,
         rtol=1e-7, atol=1e-7,
     )  # fmt: skip
-    expected = omega * torch.tensor([1.0, 5.0], dtype=torch.float64) * 1.5  # |y| is constant
+    expected = omega * torch.tensor([1.0, 5.0], dtype=torch.float64, device=device) * 1.5
     torch.testing.assert_close(result.stats.arclength, expected, rtol=1e-5, atol=0)
 
 
@@ -156,7 +157,7 @@ def test_backends_agree_on_the_same_field_to_tolerance(method):
 @pytest.mark.parametrize(
     ("backend", "adjoint"), [("torchode", False), ("torchdiffeq", False), ("torchdiffeq", True)]
 )
-def test_gradients_of_state_and_arclength_match_analytic_derivatives(backend, adjoint):
+def test_gradients_of_state_and_arclength_match_analytic_derivatives(backend, adjoint, device):
     class Growth(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -165,8 +166,8 @@ def test_gradients_of_state_and_arclength_match_analytic_derivatives(backend, ad
         def forward(self, t, y):
             return self.rate * y
 
-    field = Growth()
-    y0 = torch.tensor([[1.0], [2.0]], dtype=torch.float64)
+    field = Growth().to(device)
+    y0 = torch.tensor([[1.0], [2.0]], dtype=torch.float64, device=device)
     result = odeint_adaptive(field, y0, backend=backend, adjoint=adjoint, arclength=True,
                              rtol=1e-8, atol=1e-8)  # fmt: skip
     # y(1) = y0·e^a and arclength = ∫ a·y0·e^{at} dt = y0·(e^a − 1): both have d/da = y0·e^a.
@@ -181,10 +182,10 @@ def test_gradients_of_state_and_arclength_match_analytic_derivatives(backend, ad
 @pytest.mark.parametrize(
     ("backend", "adjoint"), [("torchode", False), ("torchdiffeq", False), ("torchdiffeq", True)]
 )
-def test_attention_field_on_btd_batch_solves_and_backpropagates(backend, adjoint):
+def test_attention_field_on_btd_batch_solves_and_backpropagates(backend, adjoint, device):
     torch.manual_seed(0)
-    field = _Attention()
-    y0 = torch.randn(4, 6, 8, requires_grad=True)
+    field = _Attention().to(device)
+    y0 = torch.randn(4, 6, 8).to(device).requires_grad_()
     result = odeint_adaptive(field, y0, backend=backend, adjoint=adjoint, arclength=True)
     assert result.y.shape == (4, 6, 8)
     assert result.stats.ok and result.stats.nfe_total > 0

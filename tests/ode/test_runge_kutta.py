@@ -14,9 +14,11 @@ def _stable_matrix(n: int = 4, seed: int = 0) -> torch.Tensor:
     return skew - s @ s.T / n - 0.1 * torch.eye(n, dtype=torch.float64)
 
 
-def _fitted_order(tableau: ButcherTableau, steps: list[int]) -> float:
-    a = _stable_matrix()
-    y0 = torch.linspace(-1.0, 1.0, 4, dtype=torch.float64)
+def _fitted_order(
+    tableau: ButcherTableau, steps: list[int], device: torch.device | str = "cpu"
+) -> float:
+    a = _stable_matrix().to(device)
+    y0 = torch.linspace(-1.0, 1.0, 4, dtype=torch.float64, device=device)
     exact = torch.linalg.matrix_exp(a) @ y0
     log_h, log_err = [], []
     for n in steps:
@@ -33,17 +35,17 @@ def _steps_for(order: int) -> list[int]:
 
 
 @pytest.mark.parametrize("name", sorted(TABLEAUS))
-def test_convergence_order_on_linear_ode_matches_declared_order(name):
+def test_convergence_order_on_linear_ode_matches_declared_order(name, device):
     tab = TABLEAUS[name]
-    assert _fitted_order(tab, _steps_for(tab.order)) == pytest.approx(tab.order, abs=0.3)
+    assert _fitted_order(tab, _steps_for(tab.order), device) == pytest.approx(tab.order, abs=0.3)
 
 
 @pytest.mark.parametrize("name", ["bosh3", "dopri5"])
-def test_embedded_solution_converges_at_its_embedded_order(name):
+def test_embedded_solution_converges_at_its_embedded_order(name, device):
     tab = TABLEAUS[name]
     b_hat = tuple(b - e for b, e in zip(tab.b, tab.b_error))
     embedded = ButcherTableau(a=tab.a, b=b_hat, c=tab.c, order=tab.embedded_order)
-    assert _fitted_order(embedded, _steps_for(embedded.order)) == pytest.approx(
+    assert _fitted_order(embedded, _steps_for(embedded.order), device) == pytest.approx(
         embedded.order, abs=0.3
     )
 
@@ -56,15 +58,14 @@ def test_rk4_step_matches_hand_expansion_for_exponential_decay():
     assert rk_step(lambda z: -z, y, "rk4", h).item() == pytest.approx(expected, rel=1e-14)
 
 
-def test_time_dependent_field_uses_stage_times():
+def test_time_dependent_field_uses_stage_times(device):
     # y' = t: every stage sees its node time, so RK4 integrates the linear function exactly.
-    y = odeint_fixed(
-        lambda t, y: torch.full_like(y, t), torch.zeros(1), 0.0, 2.0, 3, "rk4", autonomous=False
-    )
-    assert y.item() == pytest.approx(2.0)
+    y0 = torch.zeros(1, device=device)
+    y = odeint_fixed(lambda t, y: torch.full_like(y, t), y0, 0.0, 2.0, 3, "rk4", autonomous=False)
+    assert y.device == y0.device and y.item() == pytest.approx(2.0)
     y = odeint_fixed(
         lambda t, y: torch.full_like(y, t**2),
-        torch.zeros(1, dtype=torch.float64),
+        torch.zeros(1, dtype=torch.float64, device=device),
         0.0,
         1.0,
         1,

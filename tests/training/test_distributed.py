@@ -1,4 +1,5 @@
-"""``torchrun --nproc_per_node=2`` (gloo, CPU) against one process with the same global batch."""
+"""``torchrun --nproc_per_node=2`` against one process with the same global batch: gloo on the
+CPU, NCCL with ``--device cuda`` on a machine with two GPUs (``make gpu-check``)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ def _train_losses(run) -> dict[int, float]:
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_ranks_match_one_process_with_the_same_global_batch(copy_data, tmp_path, parallel):
+def test_two_ranks_match_one_process_with_the_same_global_batch(
+    copy_data, tmp_path, parallel, device
+):
     # Two ranks each take every other batch of the epoch's order, so one DDP update covers the
     # same two batches that a single process accumulates with update_freq=2. Dropout is off so
     # the random streams do not differ.
-    common = dict(model={"dropout": 0.0}, train={"max_updates": 6, "max_tokens": 400})
+    if device.type == "cuda" and torch.cuda.device_count() < 2:
+        pytest.skip(f"two NCCL ranks need two GPUs; {torch.cuda.device_count()} visible")
+    budget = {"max_updates": 6, "max_tokens": 400, "device": device.type}
+    common = dict(model={"dropout": 0.0}, train=budget)
     single = tiny_config(copy_data, tmp_path / "single", **common)
     single["train"]["update_freq"] = 2
     train(TrainConfig.from_dict(single))

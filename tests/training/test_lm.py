@@ -50,8 +50,8 @@ def _records(run: Path, event: str) -> list[dict]:
     return [r for r in map(json.loads, lines) if r["event"] == event]
 
 
-def test_a_tiny_language_model_trains_and_its_loss_falls(tmp_path):
-    config = LMTrainConfig.from_dict(_config(tmp_path))
+def test_a_tiny_language_model_trains_and_its_loss_falls(tmp_path, device):
+    config = LMTrainConfig.from_dict(_config(tmp_path, train={"device": device.type}))
     result = train_lm(config, progress=False)
     run = tmp_path / "run"
     valid = _records(run, "valid")
@@ -230,8 +230,9 @@ def test_config_show_fills_in_the_causal_lm_defaults(tmp_path, capsys):
     )
 
 
-def test_bf16_training_runs_and_evaluates_in_fp32(tmp_path):
-    sections = {"train": {"max_updates": 6, "eval_interval": 0, "precision": "bf16"}}
+def test_bf16_training_runs_and_evaluates_in_fp32(tmp_path, device):
+    train = {"max_updates": 6, "eval_interval": 0, "precision": "bf16", "device": device.type}
+    sections = {"train": train}
     result = train_lm(LMTrainConfig.from_dict(_config(tmp_path, **sections)), progress=False)
     losses = [r["loss"] for r in _records(tmp_path / "run", "train")]
     assert len(losses) == 6 and all(math.isfinite(x) for x in losses)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from odet.models import Seq2Seq, Seq2SeqConfig
-from odet.training.distributed import DistributedContext
+from odet.training.distributed import DistributedContext, rank_device
 from odet.training.parallel import parallelize, parameter_digest, pick_device
 
 
@@ -69,3 +69,19 @@ def test_pick_device_resolves_train_device():
         assert pick_device("auto", DistributedContext()) == torch.device("cpu")
         with pytest.raises(ValueError, match="no CUDA device"):
             pick_device("cuda", DistributedContext())
+
+
+@pytest.mark.parametrize(
+    ("choice", "gpus", "expected"),
+    [("auto", 0, "cpu"), ("auto", 1, "cpu"), ("auto", 2, "cuda:1"), ("auto", 8, "cuda:1"),
+     ("cpu", 8, "cpu"), ("cuda", 2, "cuda:1")],
+)  # fmt: skip
+def test_rank_device_gives_each_rank_its_own_gpu_only_when_every_rank_has_one(
+    choice, gpus, expected
+):
+    assert rank_device(choice, local_rank=1, ranks_per_node=2, gpus=gpus) == torch.device(expected)
+
+
+def test_rank_device_cuda_without_a_gpu_for_the_rank_is_a_one_line_error():
+    with pytest.raises(ValueError, match=r"local rank 1 has no GPU of its own \(1 visible for 2"):
+        rank_device("cuda", local_rank=1, ranks_per_node=2, gpus=1)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from odet.data import TokenBudgetBatcher
-from odet.training.checkpoint import TrainerState
+from odet.nn.dropout import dropout
+from odet.training.checkpoint import Checkpoint, TrainerState, restore_rng_states, rng_states
 from odet.training.config import LoopConfig
 from odet.training.lm_config import LMLoopConfig
 from odet.training.resume import close_finished_epoch, spent_budget
@@ -43,3 +48,19 @@ def test_close_finished_epoch_moves_only_a_batcher_past_its_last_batch():
     assert (batcher.epoch, batcher.state_dict()["position"]) == (1, 0)
     close_finished_epoch(batcher)
     assert batcher.epoch == 1
+
+
+def test_saved_rng_states_replay_the_dropout_masks_of_the_device(tmp_path: Path, device) -> None:
+    """A GPU run draws its dropout masks from the CUDA generator: resuming must restore it."""
+    torch.manual_seed(0)
+    x = torch.ones(4096, device=device)
+    dropout(x, 0.5)  # the generators have moved past their seeds
+    save_file(rng_states(), str(tmp_path / "rng.safetensors"))
+    expected = dropout(x, 0.5)
+    dropout(x, 0.5)
+    states = load_file(str(tmp_path / "rng.safetensors"))
+    assert ("cuda" in states) == torch.cuda.is_initialized()
+    restore_rng_states(
+        Checkpoint(tmp_path, TrainerState(), {}, {}, states["torch"], states.get("cuda"))
+    )
+    assert torch.equal(dropout(x, 0.5), expected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 import torch
@@ -23,8 +24,7 @@ from odet.training.step import (
     record_skipped_update,
     train_step,
 )
-
-FP32 = ForwardPrecision("fp32", "cpu")
+from tests.devices import repeat_tolerance
 
 
 def _model(**overrides) -> Seq2Seq:
@@ -47,10 +47,10 @@ def _batch():
     return dataset.batch([0, 1, 2])
 
 
-def test_train_step_returns_the_summed_loss_and_accumulates_its_gradients():
-    model, batch = _model(), _batch()
+def test_train_step_returns_the_summed_loss_and_accumulates_its_gradients(device):
+    model, batch = _model().to(device), _batch().to(device)
     objective = Objective(pad_id=model.config.pad_id, label_smoothing=0.1)
-    result = train_step(model, batch, objective, FP32)
+    result = train_step(model, batch, objective, ForwardPrecision("fp32", device.type))
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     model.zero_grad()
@@ -62,15 +62,42 @@ def test_train_step_returns_the_summed_loss_and_accumulates_its_gradients():
     assert ntok == 3 + 2 + 3  # targets plus EOS
     for name, p in model.named_parameters():
         if p.grad is not None:
-            torch.testing.assert_close(grads[name], p.grad, rtol=0, atol=0)
+            torch.testing.assert_close(grads[name], p.grad, **repeat_tolerance(device))
 
 
-def test_arclength_regulariser_adds_its_weight_times_arclength_per_token():
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_step_and_an_adam_update_change_every_fp32_weight_on_the_device(precision, device):
+    model = _model(encoder_method="rk2", decoder_method="rk2", coefficients="gated", dropout=0.1)
+    model, batch = model.train().to(device), _batch().to(device)
+    forward = ForwardPrecision.from_config(LoopConfig(precision=precision), device)
+    optim = OptimConfig(lr=1e-3, warmup_updates=0, clip_norm=1.0)
+    optimizer, scheduler = build_optimizer(model.parameters(), optim, max_updates=10)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    step = train_step(model, batch, Objective(model.config.pad_id, 0.1), forward)
+    assert math.isfinite(step.loss) and step.tokens == 8
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.dtype == torch.float32, name
+        assert p.grad.device == p.device and torch.isfinite(p.grad).all(), name
+    result = apply_update(
+        model.parameters(), optimizer, scheduler, loss=step.loss, tokens=step.tokens,
+        world_size=1, clip_norm=optim.clip_norm,
+    )  # fmt: skip
+    assert result.applied and math.isfinite(result.grad_norm)
+    for name, p in model.named_parameters():
+        assert p.dtype == torch.float32 and p.device.type == device.type, name
+        assert not torch.equal(p.detach(), before[name]), name
+    for state in optimizer.state.values():
+        assert state["exp_avg"].device == state["exp_avg_sq"].device
+        assert state["exp_avg"].device.type == device.type
+
+
+def test_arclength_regulariser_adds_its_weight_times_arclength_per_token(device):
     continuous = ContinuousEncoderConfig(arclength=True, rtol=1e-2, atol=1e-2)
-    model = _model(encoder_method="adaptive", continuous=continuous)
-    batch = _batch()
-    plain = train_step(model, batch, Objective(model.config.pad_id, 0.0), FP32)
-    regularised = train_step(model, batch, Objective(model.config.pad_id, 0.0, 0.5), FP32)
+    model = _model(encoder_method="adaptive", continuous=continuous).to(device)
+    batch = _batch().to(device)
+    fp32 = ForwardPrecision("fp32", device.type)
+    plain = train_step(model, batch, Objective(model.config.pad_id, 0.0), fp32)
+    regularised = train_step(model, batch, Objective(model.config.pad_id, 0.0, 0.5), fp32)
     _, stats = model(batch.src, batch.tgt_in, with_stats=True)
     assert plain.nfe == regularised.nfe == float(stats.nfe.float().mean()) and plain.nfe >= 2
     expected = plain.loss + 0.5 * stats.arclength.mean().item() * plain.tokens
@@ -154,11 +181,11 @@ def test_build_optimizer_is_adam_with_the_configured_warmup():
     ("precision", "sdpa", "autocast"),
     [("fp32", "math", False), ("bf16", "math", True), ("bf16", "fused", True)],
 )
-def test_forward_precision_autocasts_bf16_only(precision, sdpa, autocast):
+def test_forward_precision_autocasts_bf16_only(precision, sdpa, autocast, device):
     train = LoopConfig(precision=precision, bf16_sdpa=sdpa)
-    forward = ForwardPrecision.from_config(train, torch.device("cpu"))
+    forward = ForwardPrecision.from_config(train, device)
     assert forward.math_sdpa == (sdpa == "math")
     with forward.context():
-        assert torch.is_autocast_enabled("cpu") == autocast
-        product = torch.ones(2, 2) @ torch.ones(2, 2)
+        assert torch.is_autocast_enabled(device.type) == autocast
+        product = torch.ones(2, 2, device=device) @ torch.ones(2, 2, device=device)
     assert product.dtype == (torch.bfloat16 if autocast else torch.float32)

@@ -23,9 +23,9 @@ def _weights(run_dir):
 
 
 def test_resumed_run_reaches_the_same_losses_and_weights_as_an_uninterrupted_run(
-    copy_data, tmp_path
+    copy_data, tmp_path, device
 ):
-    budget = {"max_updates": 14, "max_epochs": 3, "max_tokens": 400}
+    budget = {"max_updates": 14, "max_epochs": 3, "max_tokens": 400, "device": device.type}
     straight = tiny_config(copy_data, tmp_path / "straight", train=budget)
     train(TrainConfig.from_dict(straight))
 
@@ -37,11 +37,14 @@ def test_resumed_run_reaches_the_same_losses_and_weights_as_an_uninterrupted_run
 
     expected, actual = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
     assert sorted(actual) == sorted(expected) == list(range(1, 15))
+    # CUDA's attention backward accumulates with atomics: equal to rounding, not to the bit
+    # (other dropout masks after a resume would differ by 1e-2)
+    rel, abs_ = (1e-6, 1e-7) if device.type == "cpu" else (1e-4, 1e-5)
     for step in expected:
-        assert actual[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
+        assert actual[step] == pytest.approx(expected[step], rel=rel, abs=abs_), step
     for name, tensor in _weights(tmp_path / "straight").items():
         torch.testing.assert_close(
-            _weights(tmp_path / "resumed")[name], tensor, rtol=1e-6, atol=1e-7
+            _weights(tmp_path / "resumed")[name], tensor, rtol=rel, atol=abs_
         )
 
 

@@ -118,19 +118,26 @@ def _merge_heads(x: Tensor) -> Tensor:
 
 
 def attention_mask(
-    key_padding_mask: Tensor | None, num_queries: int, num_keys: int, causal: bool
+    key_padding_mask: Tensor | None,
+    num_queries: int,
+    num_keys: int,
+    causal: bool,
+    device: torch.device | None = None,
 ) -> Tensor | None:
     """A boolean SDPA mask (True = attend), broadcastable to ``(B, H, Tq, S)``, or None.
 
     ``key_padding_mask`` is ``(B, S)`` with True at padding. Causal masks are bottom-right aligned:
     query i (of the last ``num_queries`` positions) sees keys ``j ≤ S − Tq + i``, which is what
-    incremental decoding with a cache of ``S − Tq`` earlier positions needs.
+    incremental decoding with a cache of ``S − Tq`` earlier positions needs. The mask lives on
+    ``key_padding_mask``'s device, or on ``device`` without one (the queries' device: a causal
+    mask built on the CPU would not reach a GPU attention).
     """
     mask = None
     if causal and num_queries > 1:
         past = num_keys - num_queries
-        q = torch.arange(num_queries, device=_device(key_padding_mask)).unsqueeze(1)
-        k = torch.arange(num_keys, device=q.device).unsqueeze(0)
+        where = key_padding_mask.device if key_padding_mask is not None else device
+        q = torch.arange(num_queries, device=where).unsqueeze(1)
+        k = torch.arange(num_keys, device=where).unsqueeze(0)
         mask = (k <= q + past).view(1, 1, num_queries, num_keys)
     if key_padding_mask is not None:
         keep = ~key_padding_mask.view(key_padding_mask.shape[0], 1, 1, num_keys)
@@ -158,10 +165,6 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     if mask is not None:  # a row with every key masked gets zeros, as from SDPA
         weights = weights.nan_to_num(0.0)
     return torch.matmul(weights.to(v.dtype), v)
-
-
-def _device(t: Tensor | None) -> torch.device | None:
-    return None if t is None else t.device
 
 
 class SelfAttention(nn.Module):
@@ -202,12 +205,12 @@ class SelfAttention(nn.Module):
         tq, s = q.shape[2], k.shape[2]
         dropout = self.dropout if self.training else 0.0
         if self.relative is not None:
-            mask = attention_mask(padding_mask, tq, s, causal)
+            mask = attention_mask(padding_mask, tq, s, causal, q.device)
             out = relative_attention(q, k, v, self.relative, mask, dropout)
         elif causal and padding_mask is None and tq == s:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         else:
-            mask = attention_mask(padding_mask, tq, s, causal)
+            mask = attention_mask(padding_mask, tq, s, causal, q.device)
             out = _attention(q, k, v, mask, dropout)
         return self.out_proj(_merge_heads(out))
 
@@ -247,7 +250,9 @@ class CrossAttention(nn.Module):
         share = memory_kv.queries_per_row
         if share > 1:  # a sentence's beams as one row of share·T queries: (N / share, H, ·, Dh)
             q = q.view(n // share, share, h, t, d).transpose(1, 2).reshape(n // share, h, -1, d)
-        mask = attention_mask(memory_padding_mask, q.shape[2], memory_kv.length, causal=False)
+        mask = attention_mask(
+            memory_padding_mask, q.shape[2], memory_kv.length, causal=False, device=q.device
+        )
         dropout = self.dropout if self.training else 0.0
         out = _attention(q, memory_kv.key, memory_kv.value, mask, dropout)
         if share > 1:

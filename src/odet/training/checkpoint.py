@@ -10,7 +10,8 @@ Layout under ``<output_dir>/checkpoints/``::
         trainer_state.json                 step, epoch, data position, best metric, ...
         optimizer.pt                       optimizer + scheduler state (tensors and numbers only,
                                            loaded with ``torch.load(weights_only=True)``)
-        rng.safetensors                    the torch RNG state (dropout) for exact resume
+        rng.safetensors                    the torch RNG states (dropout) for exact resume: the
+                                           CPU's, and the current CUDA device's once CUDA is used
         checksums.json                     SHA-256 of every file above
 
 A checkpoint is written into a temporary directory, every file fsynced, then renamed into place;
@@ -68,6 +69,8 @@ __all__ = [
     "rebuild_index",
     "remove_partial_writes",
     "resolve_model_dir",
+    "restore_rng_states",
+    "rng_states",
     "save_checkpoint",
     "verify_checkpoint",
 ]
@@ -117,6 +120,9 @@ class Checkpoint:
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     rng: torch.Tensor
+    cuda_rng: torch.Tensor | None = None
+    """The CUDA generator of the device that trained (dropout masks drawn on the GPU); ``None``
+    for runs that never used CUDA."""
 
 
 def save_checkpoint(
@@ -145,7 +151,7 @@ def save_checkpoint(
             {"optimizer": optimizer_state, "scheduler": scheduler.state_dict()},
             tmp / OPTIMIZER_NAME,
         )
-        save_file({"torch": torch.get_rng_state()}, str(tmp / RNG_NAME))
+        save_file(rng_states(), str(tmp / RNG_NAME))
         checksums = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / CHECKSUMS_NAME).write_text(json.dumps(checksums, indent=2) + "\n")
         for path in tmp.iterdir():
@@ -182,10 +188,31 @@ def load_checkpoint(path: Path) -> Checkpoint:
     try:
         state = TrainerState(**json.loads((path / STATE_NAME).read_text(encoding="utf-8")))
         blob = torch.load(path / OPTIMIZER_NAME, weights_only=True, map_location="cpu")
-        rng = load_file(str(path / RNG_NAME))["torch"]
+        rng = load_file(str(path / RNG_NAME))
     except (OSError, ValueError, TypeError, KeyError, RuntimeError) as err:
         raise CheckpointError(f"{path} cannot be read: {err}") from None
-    return Checkpoint(path, state, blob["optimizer"], blob["scheduler"], rng)
+    if "torch" not in rng:
+        raise CheckpointError(f"{path} cannot be read: {RNG_NAME} holds no 'torch' state")
+    return Checkpoint(
+        path, state, blob["optimizer"], blob["scheduler"], rng["torch"], rng.get("cuda")
+    )
+
+
+def rng_states() -> dict[str, torch.Tensor]:
+    """The generators dropout draws from: the CPU's (``"torch"``) and, once CUDA has been
+    initialised, the current CUDA device's (``"cuda"``): a GPU run's masks come from the latter."""
+    states = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state()
+    return states
+
+
+def restore_rng_states(checkpoint: Checkpoint) -> None:
+    """Set the generators :func:`rng_states` saved; a CUDA state is restored where CUDA is
+    available (a GPU checkpoint resumed on a CPU-only machine restores the CPU's alone)."""
+    torch.set_rng_state(checkpoint.rng)
+    if checkpoint.cuda_rng is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(checkpoint.cuda_rng)
 
 
 def remove_partial_writes(root: Path) -> list[Path]:

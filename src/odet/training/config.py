@@ -169,7 +169,8 @@ class LoopConfig:
     activation_checkpointing: bool = False
     """Recompute block activations in the backward pass to save memory."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """``auto``: CUDA when available (a ``torchrun`` rank uses its own)."""
+    """``auto``: CUDA when available; under ``torchrun`` each rank its own GPU (NCCL) when the
+    node has one per rank, else the CPU (gloo)."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """Under ``torchrun``: replicate (DDP) or shard (FSDP) the model."""
     threads: int = 0

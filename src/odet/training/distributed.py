@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -60,21 +61,42 @@ class DistributedContext:
         return box[0]
 
 
-def init_distributed(timeout_minutes: float = 30.0) -> DistributedContext:
-    """Join the process group that ``torchrun`` describes in the environment, if any."""
+def rank_device(
+    choice: Literal["auto", "cpu", "cuda"], local_rank: int, ranks_per_node: int, gpus: int
+) -> torch.device:
+    """The device of local rank ``local_rank`` for ``train.device``: its own GPU for ``"cuda"``,
+    and for ``"auto"`` when the node has a GPU for each of its ``ranks_per_node`` ranks (every
+    rank decides alike); else the CPU. Raises ``ValueError`` for ``"cuda"`` without a GPU for
+    this rank."""
+    if choice == "cuda" or (choice == "auto" and gpus >= ranks_per_node):
+        if local_rank >= gpus:
+            raise ValueError(
+                f"train.device is 'cuda' but local rank {local_rank} has no GPU of its own "
+                f"({gpus} visible for {ranks_per_node} ranks per node)"
+            )
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(
+    device: Literal["auto", "cpu", "cuda"] = "auto", timeout_minutes: float = 30.0
+) -> DistributedContext:
+    """Join the process group that ``torchrun`` describes in the environment, if any: NCCL
+    between GPUs, gloo between CPU processes (``rank_device`` picks from ``device``)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return DistributedContext()
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    where = rank_device(device, local_rank, per_node, gpus)
+    if where.type == "cuda":
+        torch.cuda.set_device(where)
     if not dist.is_initialized():
+        backend = "nccl" if where.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes))
-    return DistributedContext(rank, world_size, local_rank, device)
+    return DistributedContext(rank, world_size, local_rank, where)
 
 
 def shutdown_distributed(context: DistributedContext) -> None:

@@ -184,7 +184,7 @@ class LMTrainer:
 
     def __init__(self, config: LMTrainConfig, *, progress: bool | None = None):
         self.config = config
-        self.dist = init_distributed()
+        self.dist = init_distributed(config.train.device)
         if self.dist.enabled:
             raise ValueError("task: lm trains in one process; run it without torchrun")
         self.device = pick_device(config.train.device, self.dist)

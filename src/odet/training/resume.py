@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -22,6 +21,7 @@ from odet.training.checkpoint import (
     latest_checkpoint,
     read_or_rebuild_index,
     remove_partial_writes,
+    restore_rng_states,
     save_checkpoint,
     verify_checkpoint,
 )
@@ -171,7 +171,7 @@ class RunCheckpoints:
         parallel.load_optimizer_state(optimizer, checkpoint.optimizer)
         scheduler.load_state_dict(checkpoint.scheduler)
         if not self.dist.enabled:
-            torch.set_rng_state(checkpoint.rng)
+            restore_rng_states(checkpoint)
         state = checkpoint.state
         if batcher is not None:  # None: the position follows from the step
             batcher.load_state_dict(state.batcher)

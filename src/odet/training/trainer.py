@@ -72,7 +72,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, progress: bool | None = None):
         self.config = config
-        self.dist = init_distributed()
+        self.dist = init_distributed(config.train.device)
         self.device = pick_device(config.train.device, self.dist)
         self.precision = ForwardPrecision.from_config(config.train, self.device)
         self.out = Path(config.output_dir)
