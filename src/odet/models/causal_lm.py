@@ -263,12 +263,18 @@ class CausalLM(nn.Module):
         """
         offset = 0 if state is None else state.length
         self._check_tokens(tokens, offset)
+        return self._decode(tokens, state)
+
+    def _decode(self, tokens: Tensor, state: DecoderState | None, last: bool = False) -> Tensor:
+        """``decode`` without the input checks; ``last``: logits ``(B, 1, V)`` of the last
+        position only (what sampling reads)."""
+        offset = 0 if state is None else state.length
+        t = tokens.shape[1]
         x = self.token_embed(tokens)  # (B, T, D)
         if isinstance(self.positions, nn.Embedding):
-            where = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
-            x = x + self.positions(where)
+            x = x + self.positions.weight[offset : offset + t]
         elif self.positions is not None:
-            x = x + self.positions(tokens.shape[1], offset).to(x.dtype)
+            x = x + self.positions(t, offset).to(x.dtype)
         x = self.embed_dropout(x)
         if state is None:
             x = self.stack(x)
@@ -279,7 +285,9 @@ class CausalLM(nn.Module):
                     {STAGE_CACHES: state.block_caches(l)} for l in range(len(self.stack.blocks))
                 ],
             )
-            state.length += tokens.shape[1]
+            state.length += t
+        if last:
+            x = x[:, -1:]
         return self.head(self.norm(x))
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -287,7 +295,6 @@ class CausalLM(nn.Module):
         return self.decode(tokens)
 
     # ------------------------------------------------------------------ generation
-    @torch.no_grad()
     def generate(
         self,
         prompt_ids: Tensor,
@@ -332,20 +339,33 @@ class CausalLM(nn.Module):
             top_p=1.0 if top_p is None else top_p,
             generator=generator,
         )
-        out = prompt_ids
+        with torch.inference_mode():
+            out = self._sample(prompt_ids, max_new_tokens, sampling, use_cache)
+        return out.clone()  # an ordinary tensor, usable outside inference mode
+
+    def _sample(
+        self, prompt_ids: Tensor, max_new_tokens: int, sampling: Sampling, use_cache: bool
+    ) -> Tensor:
+        """The sampling loop of ``generate`` (arguments checked there): ``(B, T0 + n)``."""
+        block_size = self.config.block_size
+        b, t0 = prompt_ids.shape
+        out = prompt_ids.new_empty(b, t0 + max_new_tokens)
+        out[:, :t0] = prompt_ids
         state: DecoderState | None = None
-        for _ in range(max_new_tokens):
+        for t in range(t0, t0 + max_new_tokens):
             if not use_cache:
-                logits = self.decode(out[:, -block_size:])[:, -1]
+                logits = self._decode(out[:, max(0, t - block_size) : t], None, last=True)
             elif state is None or state.length >= block_size:
                 state = self.init_state()
-                logits = self.decode(out[:, -block_size:], state)[:, -1]
+                logits = self._decode(out[:, max(0, t - block_size) : t], state, last=True)
             else:
-                logits = self.decode(out[:, -1:], state)[:, -1]
-            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-            logits = sampling.truncate(logits / temperature)  # (B, V)
-            token = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (B, 1)
-            out = torch.cat([out, token.to(out.dtype)], dim=1)
+                logits = self._decode(out[:, t - 1 : t], state, last=True)
+            logits = logits[:, -1].to(torch.promote_types(logits.dtype, torch.float32))
+            if sampling.temperature != 1.0:
+                logits = logits / sampling.temperature
+            logits = sampling.truncate(logits)  # (B, V)
+            token = torch.multinomial(logits.softmax(-1), 1, generator=sampling.generator)
+            out[:, t : t + 1] = token  # (B, 1)
         return out
 
     # ------------------------------------------------------------------ checkpoints
