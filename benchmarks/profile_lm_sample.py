@@ -140,7 +140,9 @@ def profile_one(system: str, size: LMSize, batch: int, repeats: int) -> Profile:
     model = (odet_lm(size) if system == "odet" else hf_gpt2(size)).eval()
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, size.vocab_size, (batch, size.prompt_len), generator=gen)
-    run = sample_task("odet-euler" if system == "odet" else "hf-gpt2", model, prompt, size.new_tokens)
+    run = sample_task(
+        "odet-euler" if system == "odet" else "hf-gpt2", model, prompt, size.new_tokens
+    )
     run()
     walls = []
     for _ in range(repeats):
@@ -221,7 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.profile_lm_sample", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--sizes", nargs="+", choices=list(LM_SIZES), default=["lm-baby", "lm-d384"])
+    parser.add_argument(
+        "--sizes", nargs="+", choices=list(LM_SIZES), default=["lm-baby", "lm-d384"]
+    )
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2, help="unprofiled timed calls")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +44,28 @@ from odet.nn import (
     FieldSpec,
     KVCache,
     SinusoidalPositions,
+    StaticKVCache,
 )
+
+
+@dataclass
+class StaticState:
+    """What the compiled decoding step reads and writes: one ``StaticKVCache`` per (block,
+    stage), ``caches[block][stage]``, all sharing the write ``position`` (0-dim long)."""
+
+    caches: list[list[StaticKVCache]]
+    position: Tensor
+
+    @classmethod
+    def of(cls, state: DecoderState, capacity: int) -> StaticState:
+        """The caches of ``state`` copied into buffers of ``capacity`` positions."""
+        position = torch.tensor(state.length)
+        caches = [
+            [StaticKVCache.filled(c, capacity, position) for c in state.block_caches(l)]
+            for l in range(len(state.stage_counts))
+        ]
+        return cls(caches, position)
+
 
 LMPositions = Literal["learned", "sinusoidal", "relative"]
 """How a language model sees positions: a learned absolute table (GPT), fixed sinusoids, or
@@ -221,6 +243,7 @@ class CausalLM(nn.Module):
         self.norm = nn.LayerNorm(c.d_model, eps=c.norm_eps, bias=c.bias)
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self._init_weights()
+        self._compiled_step: Callable[..., Tensor] | None = None
         if c.tie_embeddings:
             self.head.weight = self.token_embed.weight
 
@@ -304,6 +327,7 @@ class CausalLM(nn.Module):
         top_p: float | None = None,
         seed: int | None = None,
         use_cache: bool = True,
+        compile: bool = False,
     ) -> Tensor:
         """Sample ``max_new_tokens`` after ``prompt_ids (B, T0)``: ``(B, T0 + n)`` token ids.
 
@@ -314,7 +338,11 @@ class CausalLM(nn.Module):
         tokens, as nanoGPT: a longer prompt is cropped, and once the sequence outgrows the
         context the cache is refilled from the last ``block_size`` tokens at every step.
         ``use_cache=False`` reads the whole (cropped) sequence at every step and samples the same
-        tokens.
+        tokens. ``compile=True`` (with the cache; not with relative positions) runs each one-token
+        step through ``torch.compile`` over fixed-size caches (``StaticKVCache``): the first call
+        per batch size compiles (seconds), later ones skip the per-op Python dispatch; the logits
+        agree with the eager step to rounding, so the tokens are the same except where two
+        tokens' probabilities tie to rounding.
         """
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -328,6 +356,8 @@ class CausalLM(nn.Module):
             raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
         if not isinstance(prompt_ids, Tensor):
             raise TypeError(f"prompt_ids must be a torch.Tensor, got {type(prompt_ids).__name__}")
+        if compile and self.config.positions == "relative":
+            raise ValueError("generate(compile=True) does not support relative positions yet")
         block_size = self.config.block_size
         self._check_tokens(prompt_ids[..., -block_size:], 0)
         generator = None
@@ -339,12 +369,17 @@ class CausalLM(nn.Module):
             top_p=1.0 if top_p is None else top_p,
             generator=generator,
         )
-        with torch.inference_mode():
-            out = self._sample(prompt_ids, max_new_tokens, sampling, use_cache)
+        with torch.no_grad() if compile else torch.inference_mode():
+            out = self._sample(prompt_ids, max_new_tokens, sampling, use_cache, compile)
         return out.clone()  # an ordinary tensor, usable outside inference mode
 
     def _sample(
-        self, prompt_ids: Tensor, max_new_tokens: int, sampling: Sampling, use_cache: bool
+        self,
+        prompt_ids: Tensor,
+        max_new_tokens: int,
+        sampling: Sampling,
+        use_cache: bool,
+        compile: bool,
     ) -> Tensor:
         """The sampling loop of ``generate`` (arguments checked there): ``(B, T0 + n)``."""
         block_size = self.config.block_size
@@ -352,12 +387,18 @@ class CausalLM(nn.Module):
         out = prompt_ids.new_empty(b, t0 + max_new_tokens)
         out[:, :t0] = prompt_ids
         state: DecoderState | None = None
+        static: StaticState | None = None
         for t in range(t0, t0 + max_new_tokens):
             if not use_cache:
                 logits = self._decode(out[:, max(0, t - block_size) : t], None, last=True)
             elif state is None or state.length >= block_size:
                 state = self.init_state()
                 logits = self._decode(out[:, max(0, t - block_size) : t], state, last=True)
+                static = StaticState.of(state, block_size) if compile else None
+            elif static is not None:
+                logits = self.compiled_step()(out[:, t - 1 : t], static.position, static.caches)
+                static.position += 1
+                state.length += 1
             else:
                 logits = self._decode(out[:, t - 1 : t], state, last=True)
             logits = logits[:, -1].to(torch.promote_types(logits.dtype, torch.float32))
@@ -367,6 +408,27 @@ class CausalLM(nn.Module):
             token = torch.multinomial(logits.softmax(-1), 1, generator=sampling.generator)
             out[:, t : t + 1] = token  # (B, 1)
         return out
+
+    def static_step(
+        self, tokens: Tensor, position: Tensor, caches: list[list[StaticKVCache]]
+    ) -> Tensor:
+        """Logits ``(B, 1, V)`` after ``tokens (B, 1)`` at ``position`` (a 0-dim long tensor),
+        whose keys/values are written into ``caches[block][stage]``: the decoding step whose
+        shapes do not depend on the position, which ``compiled_step`` compiles once."""
+        x = self.token_embed(tokens)  # (B, 1, D)
+        if isinstance(self.positions, nn.Embedding):
+            x = x + self.positions.weight.index_select(0, position.view(1))
+        elif isinstance(self.positions, SinusoidalPositions):
+            x = x + self.positions.table.index_select(0, position.view(1)).to(x.dtype)
+        x = self.embed_dropout(x)
+        x = self.stack(x, block_kwargs=[{STAGE_CACHES: stages} for stages in caches])
+        return self.head(self.norm(x))
+
+    def compiled_step(self) -> Callable[[Tensor, Tensor, list[list[StaticKVCache]]], Tensor]:
+        """``static_step`` under ``torch.compile`` (built once per model, compiled per shape)."""
+        if self._compiled_step is None:
+            self._compiled_step = torch.compile(self.static_step, fullgraph=True, dynamic=False)
+        return self._compiled_step
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, path: str | Path) -> Path:
