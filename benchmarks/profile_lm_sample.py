@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,6 +37,8 @@ from odet.nn.attention import SelfAttention
 from odet.nn.feedforward import FeedForward
 
 PREFIX = "lm:"
+SYSTEMS = {"odet": "odet-euler", "odet-compiled": "odet-euler-compiled", "hf": "hf-gpt2"}
+"""Profiled systems: their ``benchmarks.lm`` names."""
 MATMUL_OPS = frozenset(
     {
         "aten::addmm",
@@ -57,7 +59,7 @@ SAMPLING_OPS = frozenset(
 
 def _module_scopes(system: str) -> list[tuple[type[nn.Module], str]]:
     """(module class, scope) pairs of one system; the output head is added by name."""
-    if system == "odet":
+    if system != "hf":
         return [(SelfAttention, "attention"), (FeedForward, "ffn"), (nn.LayerNorm, "layer norm")]
     from transformers.models.gpt2.modeling_gpt2 import GPT2MLP, GPT2Attention
 
@@ -87,7 +89,7 @@ def scopes(system: str, model: nn.Module) -> Iterator[None]:
             for cls, name in _module_scopes(system):
                 if isinstance(module, cls):
                     handles += _hook(module, name)
-        head = model.head if system == "odet" else model.lm_head  # type: ignore[union-attr]
+        head = model.lm_head if system == "hf" else model.head  # type: ignore[union-attr]
         handles += _hook(head, "output head")  # type: ignore[arg-type]
         yield
     finally:
@@ -99,7 +101,9 @@ def _scope_of(event: Any) -> str:
     parent = event.cpu_parent
     while parent is not None and not parent.name.startswith(PREFIX):
         parent = parent.cpu_parent
-    return "loop" if parent is None else parent.name.removeprefix(PREFIX)
+    if parent is None or parent.name == PREFIX + "generate":
+        return "loop"
+    return parent.name.removeprefix(PREFIX)
 
 
 def _has_op_parent(event: Any) -> bool:
@@ -128,6 +132,8 @@ class Profile:
     batch: int
     new_tokens: int
     wall_s: float
+    first_call_s: float
+    """The warm-up call (with ``torch.compile``: the compilation)."""
     profiled_s: float
     ms_per_token_step: dict[str, float] = field(default_factory=dict)
     """Milliseconds per generated position (one step of the whole batch), by category."""
@@ -137,13 +143,13 @@ class Profile:
 
 def profile_one(system: str, size: LMSize, batch: int, repeats: int) -> Profile:
     """Profile ``system``'s cached sampling of ``size`` at ``batch`` rows."""
-    model = (odet_lm(size) if system == "odet" else hf_gpt2(size)).eval()
+    model = (hf_gpt2(size) if system == "hf" else odet_lm(size)).eval()
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, size.vocab_size, (batch, size.prompt_len), generator=gen)
-    run = sample_task(
-        "odet-euler" if system == "odet" else "hf-gpt2", model, prompt, size.new_tokens
-    )
+    run = sample_task(SYSTEMS[system], model, prompt, size.new_tokens)
+    t0 = time.perf_counter()
     run()
+    first = time.perf_counter() - t0
     walls = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -179,6 +185,7 @@ def profile_one(system: str, size: LMSize, batch: int, repeats: int) -> Profile:
         batch=batch,
         new_tokens=steps,
         wall_s=statistics.median(walls),
+        first_call_s=first,
         profiled_s=profiled,
         ms_per_token_step=per_step,
         top_ops=[
@@ -189,27 +196,30 @@ def profile_one(system: str, size: LMSize, batch: int, repeats: int) -> Profile:
     )
 
 
-def render(pair: Sequence[Profile]) -> list[str]:
-    """One Markdown section: odet and HF side by side for one size and batch."""
-    odet, hf = pair
+def render(group: Sequence[Profile]) -> list[str]:
+    """One Markdown section: the systems side by side for one size and batch."""
+    first = group[0]
+    names = [p.system for p in group]
     lines = [
-        f"## {odet.size}, batch {odet.batch}, fp32",
+        f"## {first.size}, batch {first.batch}, fp32",
         "",
-        f"Unprofiled wall time per generated position: odet {1e3 * odet.wall_s / odet.new_tokens:.2f}"
-        f" ms, HF {1e3 * hf.wall_s / hf.new_tokens:.2f} ms (HF / odet {hf.wall_s / odet.wall_s:.2f});"
-        f" aten calls from Python per step: odet {odet.aten_calls_per_step:.0f}, HF "
-        f"{hf.aten_calls_per_step:.0f}.",
-        "",
-        "| ms per step (profiled) | odet | HF |",
-        "|---|---|---|",
+        "| per generated position | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(group),
+        "| unprofiled wall ms | "
+        + " | ".join(f"{1e3 * p.wall_s / p.new_tokens:.2f}" for p in group)
+        + " |",
+        "| first call s (compile) | " + " | ".join(f"{p.first_call_s:.1f}" for p in group) + " |",
+        "| aten calls from Python | "
+        + " | ".join(f"{p.aten_calls_per_step:.0f}" for p in group)
+        + " |",
     ]
-    keys = list(dict.fromkeys([*odet.ms_per_token_step, *hf.ms_per_token_step]))
+    keys = list(dict.fromkeys(k for p in group for k in p.ms_per_token_step))
     keys.remove("total (profiled)")
     keys.append("total (profiled)")
     for k in keys:
-        a, b = odet.ms_per_token_step.get(k, 0.0), hf.ms_per_token_step.get(k, 0.0)
-        lines.append(f"| {k} | {a:.3f} | {b:.3f} |")
-    for p in pair:
+        cells = " | ".join(f"{p.ms_per_token_step.get(k, 0.0):.3f}" for p in group)
+        lines.append(f"| {k}, ms | {cells} |")
+    for p in group:
         lines += ["", f"Top ops, {p.system}:", "", "| op | calls/step | ms/step |", "|---|---|---|"]
         lines += [
             f"| `{o['op']}` | {o['calls_per_step']:.1f} | {o['ms_per_step']:.3f} |"
@@ -227,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sizes", nargs="+", choices=list(LM_SIZES), default=["lm-baby", "lm-d384"]
     )
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=["odet", "hf"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2, help="unprofiled timed calls")
     parser.add_argument("--out", default="benchmarks/runs/lm_sample_profile.md")
@@ -241,13 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
     ]
     profiles = []
-    run: Callable[[str, LMSize, int], Profile] = lambda s, z, b: profile_one(s, z, b, args.repeats)
     for name in args.sizes:
         for batch in args.batches:
             print(f"[{name} b{batch}] profiling", flush=True)
-            pair = [run("odet", LM_SIZES[name], batch), run("hf", LM_SIZES[name], batch)]
-            profiles += pair
-            lines += render(pair)
+            group = [profile_one(s, LM_SIZES[name], batch, args.repeats) for s in args.systems]
+            profiles += group
+            lines += render(group)
     text = "\n".join(lines)
     with open(args.out, "w") as f:
         f.write(text)

@@ -48,6 +48,11 @@ from odet.nn import (
 )
 
 
+STATIC_QUANTUM = 64
+"""Compiled sampling sizes its static caches to the positions it needs rounded up to a multiple
+of this (at most ``block_size``): shorter attention rows than ``block_size``, few recompiles."""
+
+
 @dataclass
 class StaticState:
     """What the compiled decoding step reads and writes: one ``StaticKVCache`` per (block,
@@ -388,13 +393,17 @@ class CausalLM(nn.Module):
         out[:, :t0] = prompt_ids
         state: DecoderState | None = None
         static: StaticState | None = None
+        needed = min(t0, block_size) + max_new_tokens
+        capacity = min(block_size, -(-needed // STATIC_QUANTUM) * STATIC_QUANTUM)
         for t in range(t0, t0 + max_new_tokens):
             if not use_cache:
                 logits = self._decode(out[:, max(0, t - block_size) : t], None, last=True)
             elif state is None or state.length >= block_size:
                 state = self.init_state()
                 logits = self._decode(out[:, max(0, t - block_size) : t], state, last=True)
-                static = StaticState.of(state, block_size) if compile else None
+                static = None
+                if compile and state.length < capacity:
+                    static = StaticState.of(state, capacity)
             elif static is not None:
                 logits = self.compiled_step()(out[:, t - 1 : t], static.position, static.caches)
                 static.position += 1
