@@ -47,7 +47,6 @@ from odet.nn import (
     StaticKVCache,
 )
 
-
 STATIC_QUANTUM = 64
 """Compiled sampling sizes its static caches to the positions it needs rounded up to a multiple
 of this (at most ``block_size``): shorter attention rows than ``block_size``, few recompiles."""
@@ -436,7 +435,12 @@ class CausalLM(nn.Module):
     def compiled_step(self) -> Callable[[Tensor, Tensor, list[list[StaticKVCache]]], Tensor]:
         """``static_step`` under ``torch.compile`` (built once per model, compiled per shape)."""
         if self._compiled_step is None:
-            self._compiled_step = torch.compile(self.static_step, fullgraph=True, dynamic=False)
+            self._compiled_step = torch.compile(
+                self.static_step,
+                fullgraph=True,
+                dynamic=False,
+                options={"cpp_wrapper": True},  # a C++ caller of the kernels, not Python
+            )
         return self._compiled_step
 
     # ------------------------------------------------------------------ checkpoints
