@@ -6,10 +6,12 @@ timed, then once under ``torch.profiler``. Forward hooks put named scopes around
 (attention, FFN, layer norms, output head) and around the sampling code, so every aten op is
 charged to a category; a category's Python time is its scopes' self time (time in them outside
 any aten op), and "loop Python" is what the generation loop spends outside every scope and op.
-``src/odet`` is not changed.
+``odet-compiled`` (``generate(compile=True)``) gets no module scopes (they would break its
+graph): its ops are charged to "compiled step" and torch.compile's own events (guard checks,
+the wrapper that calls the kernels) to its runtime. ``src/odet`` is not changed.
 
 Run: ``python -m benchmarks.profile_lm_sample [--sizes lm-baby lm-d384] [--batches 1 16]
-[--threads 1] [--out benchmarks/runs/lm_sample_profile.md]``.
+[--systems odet odet-compiled hf] [--threads 1] [--out benchmarks/runs/lm_sample_profile.md]``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,15 @@ MATMUL_OPS = frozenset(
         "aten::baddbmm",
         "aten::matmul",
         "aten::linear",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_attention_math",
+    }
+)
+ATTENTION_KERNELS = frozenset(
+    {
+        "aten::bmm",
+        "aten::baddbmm",
         "aten::_scaled_dot_product_flash_attention_for_cpu",
         "aten::scaled_dot_product_attention",
         "aten::_scaled_dot_product_attention_math",
@@ -97,12 +108,17 @@ def scopes(system: str, model: nn.Module) -> Iterator[None]:
             handle.remove()
 
 
+COMPILED = "Torch-Compiled Region"
+
+
 def _scope_of(event: Any) -> str:
     parent = event.cpu_parent
-    while parent is not None and not parent.name.startswith(PREFIX):
+    while parent is not None and not parent.name.startswith((PREFIX, COMPILED)):
         parent = parent.cpu_parent
     if parent is None or parent.name == PREFIX + "generate":
         return "loop"
+    if parent.name.startswith(COMPILED):
+        return "compiled step"
     return parent.name.removeprefix(PREFIX)
 
 
@@ -116,11 +132,13 @@ def _has_op_parent(event: Any) -> bool:
 
 
 def _category(scope: str, op: str) -> str:
+    if op in ATTENTION_KERNELS and scope in ("attention", "compiled step"):
+        return f"{scope}: score/value matmuls (bmm, SDPA)"
     if op in MATMUL_OPS:
-        return "matmul" if scope != "attention" else "attention matmul / SDPA"
+        return "output head matmul" if scope == "output head" else f"{scope}: projections (addmm)"
     if scope == "loop":
         return "sampling ops" if op in SAMPLING_OPS or "softmax" in op else "loop ops"
-    return f"{scope} (other ops)"
+    return f"{scope}: other ops"
 
 
 @dataclass
@@ -155,7 +173,8 @@ def profile_one(system: str, size: LMSize, batch: int, repeats: int) -> Profile:
         t0 = time.perf_counter()
         run()
         walls.append(time.perf_counter() - t0)
-    with scopes(system, model), profile(activities=[ProfilerActivity.CPU]) as prof:
+    hooks = contextlib.nullcontext() if system == "odet-compiled" else scopes(system, model)
+    with hooks, profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         with record_function(PREFIX + "generate"):
             run()
@@ -169,13 +188,15 @@ def profile_one(system: str, size: LMSize, batch: int, repeats: int) -> Profile:
     for e in events:
         if e.name.startswith(PREFIX):
             scope = e.name.removeprefix(PREFIX)
-            label = "loop Python" if scope == "generate" else f"{scope} Python"
+            label = "loop Python" if scope == "generate" else f"{scope}: Python"
             cost[label] += e.self_cpu_time_total
         elif e.name.startswith("aten::"):
             cost[_category(_scope_of(e), e.name)] += e.self_cpu_time_total
             ops[e.name] += e.self_cpu_time_total
             calls[e.name] += 1
             top_level += not _has_op_parent(e)
+        else:  # torch.compile's runtime: guard checks, the compiled graph's wrapper
+            cost["compiled step: runtime (guards, wrapper)"] += e.self_cpu_time_total
     steps = size.new_tokens
     per_step = {k: v / 1e3 / steps for k, v in sorted(cost.items(), key=lambda kv: -kv[1])}
     per_step["total (profiled)"] = root.cpu_time_total / 1e3 / steps
