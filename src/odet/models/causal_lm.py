@@ -63,7 +63,8 @@ class StaticState:
     @classmethod
     def of(cls, state: DecoderState, capacity: int) -> StaticState:
         """The caches of ``state`` copied into buffers of ``capacity`` positions."""
-        position = torch.tensor(state.length)
+        first = state.self_attn[(0, 0)].key
+        position = torch.tensor(state.length, device=None if first is None else first.device)
         caches = [
             [StaticKVCache.filled(c, capacity, position) for c in state.block_caches(l)]
             for l in range(len(state.stage_counts))
@@ -373,6 +374,8 @@ class CausalLM(nn.Module):
             top_p=1.0 if top_p is None else top_p,
             generator=generator,
         )
+        # The compiled step is traced and guarded under no_grad; eager sampling needs no views
+        # or version counters at all.
         with torch.no_grad() if compile else torch.inference_mode():
             out = self._sample(prompt_ids, max_new_tokens, sampling, use_cache, compile)
         return out.clone()  # an ordinary tensor, usable outside inference mode
@@ -422,7 +425,8 @@ class CausalLM(nn.Module):
     ) -> Tensor:
         """Logits ``(B, 1, V)`` after ``tokens (B, 1)`` at ``position`` (a 0-dim long tensor),
         whose keys/values are written into ``caches[block][stage]``: the decoding step whose
-        shapes do not depend on the position, which ``compiled_step`` compiles once."""
+        shapes do not depend on the position, so ``compiled_step`` compiles it once per batch
+        size and cache capacity."""
         x = self.token_embed(tokens)  # (B, 1, D)
         if isinstance(self.positions, nn.Embedding):
             x = x + self.positions.weight.index_select(0, position.view(1))
