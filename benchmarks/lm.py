@@ -9,13 +9,16 @@ interleaved rounds, in fp32 and in bf16:
   (tokens/s = batch × window / step time); bf16 is autocast for both (``autocast_bf16``);
 - cached sampling at batch 1 and 16: a random prompt of ``prompt_len`` tokens, then exactly
   ``new_tokens`` greedy tokens (odet: ``top_k=1``, fixed seed; HF: ``do_sample=False``; the
-  lengths are checked); bf16 converts both models' weights.
+  lengths are checked); bf16 converts both models' weights. odet is timed eager and with
+  ``generate(compile=True)``, whose compilation (the untimed first call per batch size) is
+  reported apart as ``compile_s``.
 
 Ratios are odet's speed over HF's, the median of same-round ratios.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
@@ -154,15 +157,18 @@ def sample_task(name: str, model: nn.Module, prompt: Tensor, n: int) -> Callable
 
         return run
 
+    options = {"compile": True} if name.endswith("-compiled") else {}
+
     def run_odet() -> Tensor:
         with torch.no_grad():
-            return model.generate(prompt, n, top_k=1, seed=0)  # type: ignore[operator]
+            return model.generate(prompt, n, top_k=1, seed=0, **options)  # type: ignore[operator]
 
     return run_odet
 
 
-def run_lm(size: LMSize, precision: str, rounds: int) -> dict[str, Any]:
-    """Training and sampling tokens/s of both systems in one precision, and odet / HF."""
+def run_lm(size: LMSize, precision: str, rounds: int, compiled: bool = True) -> dict[str, Any]:
+    """Training and sampling tokens/s of both systems in one precision, and odet / HF
+    (``compiled``: odet's sampling also with ``generate(compile=True)``)."""
     models = {"odet-euler": odet_lm(size), "hf-gpt2": hf_gpt2(size)}
     counts = {name: parameters(m) for name, m in models.items()}
     if len(set(counts.values())) != 1:
@@ -181,14 +187,22 @@ def run_lm(size: LMSize, precision: str, rounds: int) -> dict[str, Any]:
         b: torch.randint(0, size.vocab_size, (b, size.prompt_len), generator=gen)
         for b in SAMPLE_BATCHES
     }
+    compile_s: dict[int, float] = {}
     for name, model in samplers.items():
         model.eval().to(torch.bfloat16 if bf16 else torch.float32)
+        variants = [name, f"{name}-compiled"] if compiled and name == "odet-euler" else [name]
         for b, prompt in prompts.items():
-            task = sample_task(name, model, prompt, size.new_tokens)
-            shape = tuple(task().shape)
-            if shape != (b, size.prompt_len + size.new_tokens):
-                raise RuntimeError(f"{name} sampled {shape}: the workloads would not be equal")
-            tasks[f"sample{b}:{name}"] = task
+            for variant in variants:
+                task = sample_task(variant, model, prompt, size.new_tokens)
+                start = time.perf_counter()
+                shape = tuple(task().shape)
+                if variant.endswith("-compiled"):
+                    compile_s[b] = time.perf_counter() - start
+                if shape != (b, size.prompt_len + size.new_tokens):
+                    raise RuntimeError(
+                        f"{variant} sampled {shape}: the workloads would not be equal"
+                    )
+                tasks[f"sample{b}:{variant}"] = task
     timings = measure.round_robin(tasks, rounds=rounds, warmup=1)
     work = {"train": size.train_batch * size.train_len}
     work.update({f"sample{b}": b * size.new_tokens for b in SAMPLE_BATCHES})
@@ -200,11 +214,18 @@ def run_lm(size: LMSize, precision: str, rounds: int) -> dict[str, Any]:
             "hf_tokens_per_s": tokens / hf.median,
             "odet_vs_hf": measure.same_round_ratio(hf, odet),
         }
+        timed = timings.get(f"{kind}:odet-euler-compiled")
+        if timed is not None:
+            result[kind].update(
+                odet_compiled_tokens_per_s=tokens / timed.median,
+                odet_compiled_vs_hf=measure.same_round_ratio(hf, timed),
+                compile_s=compile_s[int(kind.removeprefix("sample"))],
+            )
     return result
 
 
 def run_lm_benchmarks(
-    names: Sequence[str], precisions: Sequence[str], rounds: int
+    names: Sequence[str], precisions: Sequence[str], rounds: int, compiled: bool = True
 ) -> dict[str, Any]:
     """Every (size, precision) pair; the results keyed by size name."""
     out: dict[str, Any] = {}
@@ -214,25 +235,37 @@ def run_lm_benchmarks(
         out[name] = {
             "size": asdict(size),
             "rounds": rounds,
-            "results": [run_lm(size, p, rounds) for p in precisions],
+            "results": [run_lm(size, p, rounds, compiled) for p in precisions],
         }
     return out
 
 
 def lm_table(results: dict[str, Any]) -> str:
-    """The Markdown rows: tokens/s of both systems and odet's ratio, per size and precision."""
+    """The Markdown rows: tokens/s of both systems and odet's ratio, per size and precision;
+    odet's sampling eager and with ``generate(compile=True)``."""
     lines = [
-        "| size | precision | params | train odet / HF tok/s | train ratio | sample b1 odet / HF "
-        "tok/s | b1 ratio | sample b16 odet / HF tok/s | b16 ratio |",
+        "| size | precision | params | train odet / HF tok/s | train ratio | sample b1 odet / "
+        "compiled / HF tok/s | b1 ratio eager / compiled | sample b16 odet / compiled / HF tok/s "
+        "| b16 ratio eager / compiled |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, entry in results.items():
         for r in entry["results"]:
+            t = r["train"]
             cells = [
-                f"{r[k]['odet_tokens_per_s']:,.0f} / {r[k]['hf_tokens_per_s']:,.0f} | "
-                f"**{r[k]['odet_vs_hf']:.2f}×**"
-                for k in ("train", "sample1", "sample16")
+                f"{t['odet_tokens_per_s']:,.0f} / {t['hf_tokens_per_s']:,.0f} | "
+                f"**{t['odet_vs_hf']:.2f}×**"
             ]
+            for k in ("sample1", "sample16"):
+                s = r[k]
+                compiled = s.get("odet_compiled_tokens_per_s")
+                middle = "–" if compiled is None else f"{compiled:,.0f}"
+                ratio = s.get("odet_compiled_vs_hf")
+                cells.append(
+                    f"{s['odet_tokens_per_s']:,.0f} / {middle} / {s['hf_tokens_per_s']:,.0f} | "
+                    f"**{s['odet_vs_hf']:.2f}×** / "
+                    + ("–" if ratio is None else f"**{ratio:.2f}×**")
+                )
             lines.append(
                 f"| {name} | {r['precision']} | {r['parameters']:,} | " + " | ".join(cells) + " |"
             )

@@ -263,6 +263,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--lm", nargs="+", choices=list(LM_SIZES), help="language models vs HF GPT-2 only"
     )
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="--lm: time odet's sampling eager only (no generate(compile=True) variant)",
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip peak-memory children")
     parser.add_argument("--no-training", action="store_true")
     parser.add_argument("--no-generation", action="store_true")
@@ -300,7 +305,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main_lm(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``--lm``: the language-model benchmark, its JSON and its Markdown rows."""
     results = {"environment": environment(argv), "sizes": {}}
-    results["sizes"] = run_lm_benchmarks(args.lm, args.precisions, args.rounds)
+    results["sizes"] = run_lm_benchmarks(
+        args.lm, args.precisions, args.rounds, compiled=not args.no_compile
+    )
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {args.out}")

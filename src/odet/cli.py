@@ -179,6 +179,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        compile=args.compile,
     )
     for i, row in enumerate(out.tolist()):
         if i:
@@ -538,6 +539,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=_at_least(1), default=1, help="independent samples")
     p.add_argument(
         "--which", choices=["best", "last"], default="last", help="checkpoint of a run directory"
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the one-token step (pays for long samples: compiling takes seconds)",
     )
 
     p = sub.add_parser("evaluate", help="score hypotheses against references")

@@ -180,7 +180,8 @@ def test_odet_euler_lm_and_hf_gpt2_of_one_size_compute_the_same_function() -> No
 def test_lm_benchmark_smoke_writes_both_systems_and_the_ratios(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     out = tmp_path / "lm.json"
-    argv = ["--lm", "lm-toy", "--quick", "--rounds", "1", "--precisions", "fp32", "--out", str(out)]
+    argv = ["--lm", "lm-toy", "--quick", "--rounds", "1", "--precisions", "fp32", "--no-compile"]
+    argv += ["--out", str(out)]
     assert runner.main(argv) == 0
     (result,) = json.loads(out.read_text())["sizes"]["lm-toy"]["results"]
     assert result["precision"] == "fp32" and result["parameters"] > 0

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from odet.blocks import STACK_METHODS, DLCLStack
 from odet.config import ConfigError
 from odet.models import CausalLM, CausalLMConfig, CheckpointError, Seq2Seq, Seq2SeqConfig
+from odet.models.causal_lm import StaticState
 from odet.nn import CausalField, EncoderField
 
 VOCAB = 23
@@ -62,6 +63,41 @@ def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficient
     uncached = model.generate(prompt, 12, temperature=0.9, top_k=10, seed=3, use_cache=False)
     assert cached.shape == (3, 15) and torch.equal(cached[:, :3], prompt)
     assert torch.equal(cached, uncached)  # 15 > block_size: past the context too
+
+
+@pytest.mark.parametrize(("method", "coefficients", "history"), CASES, ids=IDS)
+def test_the_static_cache_step_equals_the_full_forward(method, coefficients, history):
+    torch.manual_seed(0)
+    model = lively(CausalLM(small(method=method, coefficients=coefficients, history=history)))
+    model = model.double()
+    ids = tokens(length=model.config.block_size)
+    with torch.no_grad():
+        full = model(ids)
+        state = model.init_state()
+        steps = [model.decode(ids[:, :3], state)[:, -1:]]
+        static = StaticState.of(state, model.config.block_size)
+        for t in range(3, ids.shape[1]):
+            steps.append(model.static_step(ids[:, t : t + 1], static.position, static.caches))
+            static.position += 1
+        torch.testing.assert_close(torch.cat(steps, 1), full[:, 2:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["euler", "rk2"])
+def test_compiled_sampling_samples_the_eager_tokens(method):
+    torch.manual_seed(2)
+    model = lively(CausalLM(small(method=method, positions="sinusoidal"))).double()
+    prompt = tokens(length=3)
+    eager = model.generate(prompt, 12, temperature=0.9, top_k=10, seed=3)
+    assert torch.equal(
+        model.generate(prompt, 12, temperature=0.9, top_k=10, seed=3, compile=True), eager
+    )
+
+
+def test_compiled_sampling_rejects_relative_positions():
+    model = CausalLM(small(positions="relative"))
+    with pytest.raises(ValueError, match="does not support relative positions"):
+        model.generate(tokens(), 2, compile=True)
 
 
 @pytest.mark.parametrize(("method", "coefficients", "history"), CASES, ids=IDS)

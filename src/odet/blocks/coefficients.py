@@ -55,7 +55,7 @@ class FixedCoefficients(Coefficients):
         self.b = _weights_of(weights)
 
     def forward(self, k: Sequence[Tensor]) -> Tensor:
-        terms = [w * ki for w, ki in zip(self.b, k) if w != 0.0]
+        terms = [ki if w == 1.0 else w * ki for w, ki in zip(self.b, k) if w != 0.0]
         out = terms[0]
         for term in terms[1:]:
             out = out + term

@@ -70,7 +70,8 @@ class ODEBlock(nn.Module):
     ) -> Tensor:
         """``y (B, T, D) -> y_next (B, T, D)``."""
         k = self.stages(y, cache=cache, **field_kwargs)
-        return y + self.h * self.coefficients(k)
+        update = self.coefficients(k)
+        return y + (update if self.h == 1.0 else self.h * update)
 
     def extra_repr(self) -> str:
         return f"method={self.tableau.name!r}, stages={self.num_stages}, h={self.h}"

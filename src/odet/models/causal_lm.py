@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +44,33 @@ from odet.nn import (
     FieldSpec,
     KVCache,
     SinusoidalPositions,
+    StaticKVCache,
 )
+
+STATIC_QUANTUM = 64
+"""Compiled sampling sizes its static caches to the positions it needs rounded up to a multiple
+of this (at most ``block_size``): shorter attention rows than ``block_size``, few recompiles."""
+
+
+@dataclass
+class StaticState:
+    """What the compiled decoding step reads and writes: one ``StaticKVCache`` per (block,
+    stage), ``caches[block][stage]``, all sharing the write ``position`` (0-dim long)."""
+
+    caches: list[list[StaticKVCache]]
+    position: Tensor
+
+    @classmethod
+    def of(cls, state: DecoderState, capacity: int) -> StaticState:
+        """The caches of ``state`` copied into buffers of ``capacity`` positions."""
+        first = state.self_attn[(0, 0)].key
+        position = torch.tensor(state.length, device=None if first is None else first.device)
+        caches = [
+            [StaticKVCache.filled(c, capacity, position) for c in state.block_caches(l)]
+            for l in range(len(state.stage_counts))
+        ]
+        return cls(caches, position)
+
 
 LMPositions = Literal["learned", "sinusoidal", "relative"]
 """How a language model sees positions: a learned absolute table (GPT), fixed sinusoids, or
@@ -221,6 +248,7 @@ class CausalLM(nn.Module):
         self.norm = nn.LayerNorm(c.d_model, eps=c.norm_eps, bias=c.bias)
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self._init_weights()
+        self._compiled_step: Callable[..., Tensor] | None = None
         if c.tie_embeddings:
             self.head.weight = self.token_embed.weight
 
@@ -263,12 +291,18 @@ class CausalLM(nn.Module):
         """
         offset = 0 if state is None else state.length
         self._check_tokens(tokens, offset)
+        return self._decode(tokens, state)
+
+    def _decode(self, tokens: Tensor, state: DecoderState | None, last: bool = False) -> Tensor:
+        """``decode`` without the input checks; ``last``: logits ``(B, 1, V)`` of the last
+        position only (what sampling reads)."""
+        offset = 0 if state is None else state.length
+        t = tokens.shape[1]
         x = self.token_embed(tokens)  # (B, T, D)
         if isinstance(self.positions, nn.Embedding):
-            where = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
-            x = x + self.positions(where)
+            x = x + self.positions.weight[offset : offset + t]
         elif self.positions is not None:
-            x = x + self.positions(tokens.shape[1], offset).to(x.dtype)
+            x = x + self.positions(t, offset).to(x.dtype)
         x = self.embed_dropout(x)
         if state is None:
             x = self.stack(x)
@@ -279,7 +313,9 @@ class CausalLM(nn.Module):
                     {STAGE_CACHES: state.block_caches(l)} for l in range(len(self.stack.blocks))
                 ],
             )
-            state.length += tokens.shape[1]
+            state.length += t
+        if last:
+            x = x[:, -1:]
         return self.head(self.norm(x))
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -287,7 +323,6 @@ class CausalLM(nn.Module):
         return self.decode(tokens)
 
     # ------------------------------------------------------------------ generation
-    @torch.no_grad()
     def generate(
         self,
         prompt_ids: Tensor,
@@ -297,6 +332,7 @@ class CausalLM(nn.Module):
         top_p: float | None = None,
         seed: int | None = None,
         use_cache: bool = True,
+        compile: bool = False,
     ) -> Tensor:
         """Sample ``max_new_tokens`` after ``prompt_ids (B, T0)``: ``(B, T0 + n)`` token ids.
 
@@ -307,7 +343,11 @@ class CausalLM(nn.Module):
         tokens, as nanoGPT: a longer prompt is cropped, and once the sequence outgrows the
         context the cache is refilled from the last ``block_size`` tokens at every step.
         ``use_cache=False`` reads the whole (cropped) sequence at every step and samples the same
-        tokens.
+        tokens. ``compile=True`` (with the cache; not with relative positions) runs each one-token
+        step through ``torch.compile`` over fixed-size caches (``StaticKVCache``): the first call
+        per batch size compiles (seconds), later ones skip the per-op Python dispatch; the logits
+        agree with the eager step to rounding, so the tokens are the same except where two
+        tokens' probabilities tie to rounding.
         """
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -321,6 +361,8 @@ class CausalLM(nn.Module):
             raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
         if not isinstance(prompt_ids, Tensor):
             raise TypeError(f"prompt_ids must be a torch.Tensor, got {type(prompt_ids).__name__}")
+        if compile and self.config.positions == "relative":
+            raise ValueError("generate(compile=True) does not support relative positions yet")
         block_size = self.config.block_size
         self._check_tokens(prompt_ids[..., -block_size:], 0)
         generator = None
@@ -332,21 +374,78 @@ class CausalLM(nn.Module):
             top_p=1.0 if top_p is None else top_p,
             generator=generator,
         )
-        out = prompt_ids
+        # The compiled step is traced and guarded under no_grad; eager sampling needs no views
+        # or version counters at all.
+        with torch.no_grad() if compile else torch.inference_mode():
+            out = self._sample(prompt_ids, max_new_tokens, sampling, use_cache, compile)
+        return out.clone()  # an ordinary tensor, usable outside inference mode
+
+    def _sample(
+        self,
+        prompt_ids: Tensor,
+        max_new_tokens: int,
+        sampling: Sampling,
+        use_cache: bool,
+        compile: bool,
+    ) -> Tensor:
+        """The sampling loop of ``generate`` (arguments checked there): ``(B, T0 + n)``."""
+        block_size = self.config.block_size
+        b, t0 = prompt_ids.shape
+        out = prompt_ids.new_empty(b, t0 + max_new_tokens)
+        out[:, :t0] = prompt_ids
         state: DecoderState | None = None
-        for _ in range(max_new_tokens):
+        static: StaticState | None = None
+        needed = min(t0, block_size) + max_new_tokens
+        capacity = min(block_size, -(-needed // STATIC_QUANTUM) * STATIC_QUANTUM)
+        for t in range(t0, t0 + max_new_tokens):
             if not use_cache:
-                logits = self.decode(out[:, -block_size:])[:, -1]
+                logits = self._decode(out[:, max(0, t - block_size) : t], None, last=True)
             elif state is None or state.length >= block_size:
                 state = self.init_state()
-                logits = self.decode(out[:, -block_size:], state)[:, -1]
+                logits = self._decode(out[:, max(0, t - block_size) : t], state, last=True)
+                static = None
+                if compile and state.length < capacity:
+                    static = StaticState.of(state, capacity)
+            elif static is not None:
+                logits = self.compiled_step()(out[:, t - 1 : t], static.position, static.caches)
+                static.position += 1
+                state.length += 1
             else:
-                logits = self.decode(out[:, -1:], state)[:, -1]
-            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-            logits = sampling.truncate(logits / temperature)  # (B, V)
-            token = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (B, 1)
-            out = torch.cat([out, token.to(out.dtype)], dim=1)
+                logits = self._decode(out[:, t - 1 : t], state, last=True)
+            logits = logits[:, -1].to(torch.promote_types(logits.dtype, torch.float32))
+            if sampling.temperature != 1.0:
+                logits = logits / sampling.temperature
+            logits = sampling.truncate(logits)  # (B, V)
+            token = torch.multinomial(logits.softmax(-1), 1, generator=sampling.generator)
+            out[:, t : t + 1] = token  # (B, 1)
         return out
+
+    def static_step(
+        self, tokens: Tensor, position: Tensor, caches: list[list[StaticKVCache]]
+    ) -> Tensor:
+        """Logits ``(B, 1, V)`` after ``tokens (B, 1)`` at ``position`` (a 0-dim long tensor),
+        whose keys/values are written into ``caches[block][stage]``: the decoding step whose
+        shapes do not depend on the position, so ``compiled_step`` compiles it once per batch
+        size and cache capacity."""
+        x = self.token_embed(tokens)  # (B, 1, D)
+        if isinstance(self.positions, nn.Embedding):
+            x = x + self.positions.weight.index_select(0, position.view(1))
+        elif isinstance(self.positions, SinusoidalPositions):
+            x = x + self.positions.table.index_select(0, position.view(1)).to(x.dtype)
+        x = self.embed_dropout(x)
+        x = self.stack(x, block_kwargs=[{STAGE_CACHES: stages} for stages in caches])
+        return self.head(self.norm(x))
+
+    def compiled_step(self) -> Callable[[Tensor, Tensor, list[list[StaticKVCache]]], Tensor]:
+        """``static_step`` under ``torch.compile`` (built once per model, compiled per shape)."""
+        if self._compiled_step is None:
+            self._compiled_step = torch.compile(
+                self.static_step,
+                fullgraph=True,
+                dynamic=False,
+                options={"cpp_wrapper": True},  # a C++ caller of the kernels, not Python
+            )
+        return self._compiled_step
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, path: str | Path) -> Path:

@@ -1,6 +1,12 @@
 """Transformer building blocks: attention with caches, feed-forward, embeddings and fields."""
 
-from odet.nn.attention import CrossAttention, KVCache, SelfAttention, attention_mask
+from odet.nn.attention import (
+    CrossAttention,
+    KVCache,
+    SelfAttention,
+    StaticKVCache,
+    attention_mask,
+)
 from odet.nn.dropout import Dropout
 from odet.nn.embedding import SinusoidalPositions, TokenEmbedding, sinusoidal_table
 from odet.nn.feedforward import ACTIVATIONS, Activation, FeedForward
@@ -42,6 +48,7 @@ __all__ = [
     "RelativePositions",
     "SelfAttention",
     "SinusoidalPositions",
+    "StaticKVCache",
     "TimeConditionedEncoderField",
     "TimeConditioning",
     "TokenEmbedding",

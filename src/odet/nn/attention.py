@@ -85,6 +85,48 @@ class KVCache:
             self.value = self.value.index_select(0, index)
 
 
+@dataclass
+class StaticKVCache:
+    """Keys and values in fixed buffers ``(B, H, capacity, Dh)``, for a compiled decoding step.
+
+    ``append`` writes the new positions at ``position`` (a 0-dim long tensor, shared by every
+    cache of a state and advanced by its owner) and returns the whole buffers, so the step's
+    shapes never change with the sequence length and one compiled graph serves every step;
+    ``key_mask`` hides the positions not written yet (and the future ones). The queries of one
+    call are positions ``position … position + Tq − 1``.
+    """
+
+    key: Tensor
+    value: Tensor
+    position: Tensor
+
+    @classmethod
+    def filled(cls, cache: KVCache, capacity: int, position: Tensor) -> StaticKVCache:
+        """Buffers of ``capacity`` positions holding the keys/values of ``cache`` first."""
+        if cache.key is None or cache.value is None:
+            raise ValueError("cannot fill a static cache from an empty KVCache")
+        b, h, n, d = cache.key.shape
+        key = cache.key.new_zeros(b, h, capacity, d)
+        value = cache.value.new_zeros(b, h, capacity, cache.value.shape[-1])
+        key[:, :, :n] = cache.key
+        value[:, :, :n] = cache.value
+        return cls(key, value, position)
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new positions' keys/values ``(B, H, Tq, Dh)``; return the full buffers."""
+        index = self.position + torch.arange(key.shape[2], device=key.device)
+        self.key.index_copy_(2, index, key)
+        self.value.index_copy_(2, index, value)
+        return self.key, self.value
+
+    def key_mask(self, num_queries: int) -> Tensor:
+        """``(1, 1, Tq, capacity)``, True where query i (position ``position + i``) attends."""
+        device = self.key.device
+        q = self.position + torch.arange(num_queries, device=device)
+        k = torch.arange(self.key.shape[2], device=device)
+        return (k.unsqueeze(0) <= q.unsqueeze(1)).view(1, 1, num_queries, -1)
+
+
 def _gather_rows(buffer: Tensor, index: Tensor, filled: int) -> Tensor:
     """A buffer whose first ``filled`` positions are rows ``index`` of ``buffer``, with room for
     one more.
@@ -194,17 +236,24 @@ class SelfAttention(nn.Module):
         *,
         padding_mask: Tensor | None = None,
         causal: bool = False,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
     ) -> Tensor:
         """``x (B, T, D)``; ``padding_mask (B, S)`` True at padded keys (S = T, or the cache's
         length plus T); with ``cache`` the keys/values of earlier positions are reused and the new
-        ones appended."""
+        ones appended. A ``StaticKVCache`` takes no padding mask and no relative positions."""
         q, k, v = (_split_heads(t, self.num_heads) for t in self.qkv_proj(x).chunk(3, dim=-1))
         if cache is not None:
             k, v = cache.append(k, v)
         tq, s = q.shape[2], k.shape[2]
         dropout = self.dropout if self.training else 0.0
-        if self.relative is not None:
+        if isinstance(cache, StaticKVCache):
+            if self.relative is not None or padding_mask is not None or not causal:
+                raise ValueError(
+                    "a StaticKVCache serves causal attention without relative "
+                    "positions or padding only"
+                )
+            out = _attention(q, k, v, cache.key_mask(tq), dropout)
+        elif self.relative is not None:
             mask = attention_mask(padding_mask, tq, s, causal, q.device)
             out = relative_attention(q, k, v, self.relative, mask, dropout)
         elif causal and padding_mask is None and tq == s:
