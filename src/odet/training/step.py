@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -23,9 +23,10 @@ from torch.optim.lr_scheduler import LRScheduler
 from odet.data import Batch
 from odet.generation import DecodePrecision
 from odet.nn.precision import Precision, autocast_bf16, precision_context
+from odet.ode import SolveStats
 from odet.training.checkpoint import TrainerState
 from odet.training.config import LoopConfig, OptimConfig
-from odet.training.loss import label_smoothed_loss
+from odet.training.loss import loss_sums
 from odet.training.schedule import make_schedule
 
 logger = logging.getLogger("odet.train")
@@ -88,19 +89,45 @@ class StepResult:
     """Mean encoder function evaluations per sentence; ``None`` for a discrete encoder."""
 
 
+ForwardLoss = Callable[
+    [nn.Module, Tensor, Tensor, Tensor, float, int], tuple[Tensor, Tensor, SolveStats | None]
+]
+"""``(module, src, tgt_in, tgt_out, smoothing, pad_id) -> (loss_sum, nll_sum, stats)``:
+:func:`forward_loss`, or it compiled (``train.compile``)."""
+
+
+def forward_loss(
+    module: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, smoothing: float, pad_id: int
+) -> tuple[Tensor, Tensor, SolveStats | None]:
+    """The teacher-forced forward pass and the summed label-smoothed loss and NLL: the part of
+    a training step that ``train.compile`` compiles."""
+    logits, stats = module(src, tgt_in, with_stats=True)
+    loss, nll = loss_sums(logits, tgt_out, smoothing=smoothing, pad_id=pad_id)
+    return loss, nll, stats
+
+
 def train_step(
-    model: nn.Module, batch: Batch, objective: Objective, precision: ForwardPrecision
+    model: nn.Module,
+    batch: Batch,
+    objective: Objective,
+    precision: ForwardPrecision,
+    forward: ForwardLoss = forward_loss,
 ) -> StepResult:
     """Forward, loss and backward for one batch; gradients accumulate in ``model``.
 
     ``model`` is the module training calls (the model or its data-parallel wrapper) and must
     return ``(logits, stats)`` for ``with_stats=True``; ``stats`` is ``None`` unless the encoder
-    is continuous.
+    is continuous. ``forward`` computes the loss (``forward_loss`` or its compiled form).
     """
+    ntok = int(batch.tgt_out.ne(objective.pad_id).sum())
     with precision.context():
-        logits, stats = model(batch.src, batch.tgt_in, with_stats=True)
-        loss, nll, ntok = label_smoothed_loss(
-            logits, batch.tgt_out, smoothing=objective.label_smoothing, pad_id=objective.pad_id
+        loss, nll, stats = forward(
+            model,
+            batch.src,
+            batch.tgt_in,
+            batch.tgt_out,
+            objective.label_smoothing,
+            objective.pad_id,
         )
         nfe = None if stats is None else float(stats.nfe.float().mean())
         if objective.arclength_weight and stats is not None:
