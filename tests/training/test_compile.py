@@ -14,13 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from odet.config import ConfigError
-from odet.models import CausalLM, Seq2Seq
+from odet.data import Batch
+from odet.models import CausalLM, Seq2Seq, Seq2SeqConfig
 from odet.nn.dropout import dropout, quantised_drop_rate
 from odet.training import LMTrainConfig, TrainConfig, lm, train, train_lm, trainer
 from odet.training.checkpoint import checkpoint_name
 from odet.training.compile import compile_counts, compile_step
+from odet.training.step import ForwardPrecision, Objective, forward_loss, train_step
 from tests.training.conftest import tiny_config
 from tests.training.test_lm import _config as lm_config
 
@@ -149,3 +153,32 @@ def test_compile_is_off_by_default_and_must_be_a_bool(copy_data, tmp_path):
     assert not LMTrainConfig.from_dict(lm_config(tmp_path)).train.compile
     with pytest.raises(ConfigError, match="compile"):
         TrainConfig.from_dict(_seq2seq(copy_data, tmp_path, "yes", 1))  # type: ignore[arg-type]
+
+
+def test_a_compiled_step_through_ddp_gives_the_eager_gradients(tmp_path):
+    # A world of one in this process: DDP's wrapper, hooks and Dynamo's DDP graph splitting run.
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        config = Seq2SeqConfig(
+            vocab_size=40, d_model=16, num_heads=2, ffn_dim=32, encoder_layers=1,
+            decoder_layers=1, dropout=0.0,
+        )  # fmt: skip
+        model = Seq2Seq(config)
+        src, tgt = torch.randint(4, 40, (3, 5)), torch.randint(4, 40, (3, 4))
+        batch = Batch(src, tgt, tgt, torch.arange(3), src.numel(), tgt.numel())
+        objective, precision = (
+            Objective(pad_id=0, label_smoothing=0.1),
+            ForwardPrecision("fp32", "cpu"),
+        )
+        grads = []
+        for forward in (forward_loss, compile_step(forward_loss, backend="aot_eager")):
+            ddp = DistributedDataParallel(model)
+            model.zero_grad(set_to_none=True)
+            step = train_step(ddp, batch, objective, precision, forward)
+            grads.append(([p.grad.clone() for p in model.parameters()], step.loss))
+        assert grads[1][1] == pytest.approx(grads[0][1], rel=1e-5)
+        for compiled, eager in zip(grads[1][0], grads[0][0], strict=True):
+            torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
+    finally:
+        dist.destroy_process_group()
