@@ -279,18 +279,19 @@ def lm_table(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {r['precision']} | {r['parameters']:,} | " + " | ".join(cells) + " |"
             )
-    lines += [
-        "",
-        "| size | precision | train compiled odet tok/s | vs eager odet | vs HF | compile s |",
-        "|---|---|---|---|---|---|",
+    compiled = [
+        f"| {name} | {r['precision']} | {t['odet_compiled_tokens_per_s']:,.0f} | "
+        f"{t['odet_compiled_vs_odet']:.2f}× | {t['odet_compiled_vs_hf']:.2f}× | "
+        f"{t['compile_s']:.0f} |"
+        for name, entry in results.items()
+        for r in entry["results"]
+        if "odet_compiled_vs_odet" in (t := r["train"])
     ]
-    for name, entry in results.items():
-        for r in entry["results"]:
-            t = r["train"]
-            if "odet_compiled_vs_odet" in t:
-                lines.append(
-                    f"| {name} | {r['precision']} | {t['odet_compiled_tokens_per_s']:,.0f} | "
-                    f"{t['odet_compiled_vs_odet']:.2f}× | {t['odet_compiled_vs_hf']:.2f}× | "
-                    f"{t['compile_s']:.0f} |"
-                )
+    if compiled:
+        lines += [
+            "",
+            "| size | precision | train compiled odet tok/s | vs eager odet | vs HF | compile s |",
+            "|---|---|---|---|---|---|",
+            *compiled,
+        ]
     return "\n".join(lines)
