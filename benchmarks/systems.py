@@ -277,11 +277,12 @@ def _odet_compiled(size: BenchSize) -> TrainSystem:
 
 def _odet_compiled_step(bf16: bool) -> Callable[[BenchSize], TrainSystem]:
     """odet Euler with ``train.compile``'s ``compile_step``: the forward pass and the loss in one
-    compiled graph (its backward through AOTAutograd); the first step pays the compilation."""
+    compiled graph with symbolic sizes, as the translation trainer compiles it (its backward
+    through AOTAutograd); the first step pays the compilation."""
 
     def build(size: BenchSize) -> TrainSystem:
         model = odet_model(size).train()
-        compiled = compile_step(_forward_token_loss)
+        compiled = compile_step(_forward_token_loss, dynamic=True)
         return TrainSystem(
             model,
             lambda b: model(b.src, b.tgt_in),

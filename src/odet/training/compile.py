@@ -5,9 +5,12 @@ Validation, decoding and checkpoints use the eager model, so a checkpoint's weig
 same names (no ``_orig_mod.`` prefix) whether or not the run compiled, and compiled and eager
 runs resume each other's checkpoints.
 
-Translation batches vary in rows and lengths. ``dynamic=None`` (torch's default) compiles the
-first shape statically and, at the first batch of another shape, once more with symbolic sizes,
-which then serve every later shape; ``compile_counts`` reports what a run compiled.
+Translation batches vary in rows and lengths, so the translation trainer compiles with
+``dynamic=True``: one graph with symbolic sizes serves every batch. With torch's default
+(``dynamic=None``) the first batch's shape is compiled statically, used once, and the second
+batch compiles again with symbolic sizes: twice the compile time for nothing. The language
+model's windows have one shape, so it keeps the default, one static graph. ``compile_counts``
+reports what a run compiled.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from torch._dynamo.utils import counters
 Step = TypeVar("Step", bound=Callable[..., object])
 
 
-def compile_step(step: Step, backend: str = "inductor") -> Step:
+def compile_step(step: Step, *, dynamic: bool | None = None, backend: str = "inductor") -> Step:
     """``step`` compiled lazily (the first call compiles); the same callable to its callers.
+    ``dynamic``: ``True`` for inputs whose shapes vary, ``None`` for fixed ones (see above).
     ``backend``: torch's, or ``"aot_eager"`` (tracing and AOTAutograd without code generation,
     which tests use to stay fast)."""
-    return torch.compile(step, backend=backend, dynamic=None)  # type: ignore[return-value]
+    return torch.compile(step, backend=backend, dynamic=dynamic)  # type: ignore[return-value]
 
 
 def compile_counts() -> dict[str, int]:

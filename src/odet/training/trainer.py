@@ -133,7 +133,9 @@ class Trainer:
         self.model.to(self.device)
         self.model.set_activation_checkpointing(c.train.activation_checkpointing)
         self.objective = Objective.from_config(c.optim, self.model.config.pad_id)
-        self.forward_loss = compile_step(forward_loss) if c.train.compile else forward_loss
+        self.forward_loss = (
+            compile_step(forward_loss, dynamic=True) if c.train.compile else forward_loss
+        )
         if self.dist.enabled:
             torch.manual_seed(c.seed + self.dist.rank)  # but each rank its own dropout masks
         self.state = TrainerState()
