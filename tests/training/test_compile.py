@@ -21,7 +21,7 @@ from odet.config import ConfigError
 from odet.data import Batch
 from odet.models import CausalLM, Seq2Seq, Seq2SeqConfig
 from odet.nn.dropout import dropout, quantised_drop_rate
-from odet.training import LMTrainConfig, TrainConfig, lm, train, train_lm, trainer
+from odet.training import LMTrainConfig, TrainConfig, lm, step, train, train_lm
 from odet.training.checkpoint import checkpoint_name
 from odet.training.compile import compile_counts, compile_step
 from odet.training.step import ForwardPrecision, Objective, forward_loss, train_step
@@ -39,7 +39,7 @@ def _fresh_dynamo():
 @pytest.fixture
 def aot_eager(monkeypatch):
     fast = functools.partial(compile_step, backend="aot_eager")
-    for module in (trainer, lm):
+    for module in (step, lm):
         monkeypatch.setattr(module, "compile_step", fast)
 
 
@@ -167,16 +167,13 @@ def test_a_compiled_step_through_ddp_gives_the_eager_gradients(tmp_path):
         model = Seq2Seq(config)
         src, tgt = torch.randint(4, 40, (3, 5)), torch.randint(4, 40, (3, 4))
         batch = Batch(src, tgt, tgt, torch.arange(3), src.numel(), tgt.numel())
-        objective, precision = (
-            Objective(pad_id=0, label_smoothing=0.1),
-            ForwardPrecision("fp32", "cpu"),
-        )
-        grads = []
+        precision, grads = ForwardPrecision("fp32", "cpu"), []
         for forward in (forward_loss, compile_step(forward_loss, backend="aot_eager")):
+            objective = Objective(pad_id=0, label_smoothing=0.1, forward=forward)
             ddp = DistributedDataParallel(model)
             model.zero_grad(set_to_none=True)
-            step = train_step(ddp, batch, objective, precision, forward)
-            grads.append(([p.grad.clone() for p in model.parameters()], step.loss))
+            result = train_step(ddp, batch, objective, precision)
+            grads.append(([p.grad.clone() for p in model.parameters()], result.loss))
         assert grads[1][1] == pytest.approx(grads[0][1], rel=1e-5)
         for compiled, eager in zip(grads[1][0], grads[0][0], strict=True):
             torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)

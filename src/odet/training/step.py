@@ -25,6 +25,7 @@ from odet.generation import DecodePrecision
 from odet.nn.precision import Precision, autocast_bf16, precision_context
 from odet.ode import SolveStats
 from odet.training.checkpoint import TrainerState
+from odet.training.compile import compile_step
 from odet.training.config import LoopConfig, OptimConfig
 from odet.training.loss import loss_sums
 from odet.training.schedule import make_schedule
@@ -61,34 +62,6 @@ class ForwardPrecision:
         return precision_context(self.precision, self.device_type)
 
 
-@dataclass(frozen=True)
-class Objective:
-    """What a training step minimises."""
-
-    pad_id: int
-    label_smoothing: float
-    arclength_weight: float = 0.0
-    """λ of the arclength regulariser ``λ · mean arclength`` per target token (0: off)."""
-
-    @classmethod
-    def from_config(cls, optim: OptimConfig, pad_id: int) -> Objective:
-        return cls(pad_id, optim.label_smoothing, optim.arclength_weight)
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """The sums one batch adds to an update (normalised per token only at the update)."""
-
-    loss: float
-    """Training loss summed over target tokens: label-smoothed NLL plus regularisers."""
-    nll: float
-    """NLL summed over target tokens, without smoothing or regularisers."""
-    tokens: int
-    """Target tokens (non-padding) of the batch."""
-    nfe: float | None
-    """Mean encoder function evaluations per sentence; ``None`` for a discrete encoder."""
-
-
 ForwardLoss = Callable[
     [nn.Module, Tensor, Tensor, Tensor, float, int], tuple[Tensor, Tensor, SolveStats | None]
 ]
@@ -106,22 +79,51 @@ def forward_loss(
     return loss, nll, stats
 
 
+@dataclass(frozen=True)
+class Objective:
+    """What a training step minimises."""
+
+    pad_id: int
+    label_smoothing: float
+    arclength_weight: float = 0.0
+    """λ of the arclength regulariser ``λ · mean arclength`` per target token (0: off)."""
+    forward: ForwardLoss = forward_loss
+    """What computes the loss: ``forward_loss``, or it compiled (``train.compile``)."""
+
+    @classmethod
+    def from_config(cls, optim: OptimConfig, pad_id: int, compiled: bool = False) -> Objective:
+        """``compiled``: the forward and loss compiled with symbolic sizes, since translation
+        batches vary in shape (:mod:`odet.training.compile`)."""
+        forward = compile_step(forward_loss, dynamic=True) if compiled else forward_loss
+        return cls(pad_id, optim.label_smoothing, optim.arclength_weight, forward)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The sums one batch adds to an update (normalised per token only at the update)."""
+
+    loss: float
+    """Training loss summed over target tokens: label-smoothed NLL plus regularisers."""
+    nll: float
+    """NLL summed over target tokens, without smoothing or regularisers."""
+    tokens: int
+    """Target tokens (non-padding) of the batch."""
+    nfe: float | None
+    """Mean encoder function evaluations per sentence; ``None`` for a discrete encoder."""
+
+
 def train_step(
-    model: nn.Module,
-    batch: Batch,
-    objective: Objective,
-    precision: ForwardPrecision,
-    forward: ForwardLoss = forward_loss,
+    model: nn.Module, batch: Batch, objective: Objective, precision: ForwardPrecision
 ) -> StepResult:
     """Forward, loss and backward for one batch; gradients accumulate in ``model``.
 
     ``model`` is the module training calls (the model or its data-parallel wrapper) and must
     return ``(logits, stats)`` for ``with_stats=True``; ``stats`` is ``None`` unless the encoder
-    is continuous. ``forward`` computes the loss (``forward_loss`` or its compiled form).
+    is continuous. ``objective.forward`` computes the loss (``forward_loss`` or it compiled).
     """
     ntok = int(batch.tgt_out.ne(objective.pad_id).sum())
     with precision.context():
-        loss, nll, stats = forward(
+        loss, nll, stats = objective.forward(
             model,
             batch.src,
             batch.tgt_in,

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from odet.models import Seq2Seq
 from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name
-from odet.training.compile import compile_counts, compile_step
+from odet.training.compile import compile_counts
 from odet.training.config import TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.metrics import MetricsLog, ThroughputWindow, plot_learning_curve
@@ -49,7 +49,6 @@ from odet.training.step import (
     Objective,
     apply_update,
     build_optimizer,
-    forward_loss,
     record_skipped_update,
     train_step,
 )
@@ -132,10 +131,7 @@ class Trainer:
         self.model = Seq2Seq(c.model_config(self.tokenizers.source.vocab_size, tgt_vocab))
         self.model.to(self.device)
         self.model.set_activation_checkpointing(c.train.activation_checkpointing)
-        self.objective = Objective.from_config(c.optim, self.model.config.pad_id)
-        self.forward_loss = (
-            compile_step(forward_loss, dynamic=True) if c.train.compile else forward_loss
-        )
+        self.objective = Objective.from_config(c.optim, self.model.config.pad_id, c.train.compile)
         if self.dist.enabled:
             torch.manual_seed(c.seed + self.dist.rank)  # but each rank its own dropout masks
         self.state = TrainerState()
@@ -201,13 +197,12 @@ class Trainer:
                     f"{self.ckpt_root}; run the same command to resume"
                 )
         logger.info(
-            "training stopped (%s) after %d updates, %.0fs",
+            "training stopped (%s) after %d updates, %.0fs%s",
             stop_reason or "max_epochs",
             self.state.step,
             self.state.elapsed_seconds,
+            f"; torch.compile: {compile_counts()}" if c.compile else "",
         )
-        if c.compile:
-            logger.info("torch.compile: %s", compile_counts())
         return self._finish(self.ckpt_root / checkpoint_name(self.state.step))
 
     def _train_epoch(self, started: float, signals: StopSignals) -> str:
@@ -231,13 +226,7 @@ class Trainer:
                 last_of_epoch = self.batcher.state_dict()["position"] >= len(self.batcher)
                 updating = accumulated.batches + 1 >= update_freq or last_of_epoch
                 with self.parallel.gradient_sync(updating):
-                    step = train_step(
-                        self.parallel.module,
-                        batch,
-                        self.objective,
-                        self.precision,
-                        self.forward_loss,
-                    )
+                    step = train_step(self.parallel.module, batch, self.objective, self.precision)
                 accumulated.add(step)
                 window.add_nfe(step.nfe)
                 if updating:
