@@ -13,7 +13,10 @@ interleaved rounds, in fp32 and in bf16:
   ``generate(compile=True)``, whose compilation (the untimed first call per batch size) is
   reported apart as ``compile_s``.
 
-Ratios are odet's speed over HF's, the median of same-round ratios.
+Ratios are odet's speed over HF's, the median of same-round ratios. The training step is also
+timed with ``train.compile``'s compiled forward and loss with ``--compiled``
+(``odet-euler-compiled``, in the same rounds); its compile time is its first step less its
+median step.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from benchmarks import measure
 from benchmarks.systems import PeerUnavailableError, parameters
 from odet.models import CausalLM, CausalLMConfig
 from odet.nn.precision import autocast_bf16
+from odet.training.compile import compile_step
+from odet.training.lm import next_token_loss
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,27 @@ def train_task(
     return step
 
 
+def compiled_train_task(
+    model: nn.Module, batch: tuple[Tensor, Tensor], bf16: bool
+) -> Callable[[], float]:
+    """``train_task`` with the forward pass and the loss compiled together, as odet's
+    ``train.compile`` does (``next_token_loss`` through ``compile_step``)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    context: Callable[[], AbstractContextManager[Any]] = autocast_bf16 if bf16 else nullcontext
+    loss_fn = compile_step(next_token_loss)
+    x, y = batch
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        with context():
+            loss = loss_fn(model, x, y) / y.numel()
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    return step
+
+
 def sample_task(name: str, model: nn.Module, prompt: Tensor, n: int) -> Callable[[], Tensor]:
     """Cached greedy generation of exactly ``n`` tokens after ``prompt (B, T0)``."""
     if name == "hf-gpt2":
@@ -166,9 +192,16 @@ def sample_task(name: str, model: nn.Module, prompt: Tensor, n: int) -> Callable
     return run_odet
 
 
-def run_lm(size: LMSize, precision: str, rounds: int, compiled: bool = True) -> dict[str, Any]:
+def run_lm(
+    size: LMSize,
+    precision: str,
+    rounds: int,
+    compiled_sampling: bool = True,
+    compiled_training: bool = False,
+) -> dict[str, Any]:
     """Training and sampling tokens/s of both systems in one precision, and odet / HF
-    (``compiled``: odet's sampling also with ``generate(compile=True)``)."""
+    (``compiled_sampling``: odet's sampling also with ``generate(compile=True)``;
+    ``compiled_training``: also odet's compiled training step)."""
     models = {"odet-euler": odet_lm(size), "hf-gpt2": hf_gpt2(size)}
     counts = {name: parameters(m) for name, m in models.items()}
     if len(set(counts.values())) != 1:
@@ -190,7 +223,9 @@ def run_lm(size: LMSize, precision: str, rounds: int, compiled: bool = True) -> 
     compile_s: dict[int, float] = {}
     for name, model in samplers.items():
         model.eval().to(torch.bfloat16 if bf16 else torch.float32)
-        variants = [name, f"{name}-compiled"] if compiled and name == "odet-euler" else [name]
+        variants = (
+            [name, f"{name}-compiled"] if compiled_sampling and name == "odet-euler" else [name]
+        )
         for b, prompt in prompts.items():
             for variant in variants:
                 task = sample_task(variant, model, prompt, size.new_tokens)
@@ -203,6 +238,11 @@ def run_lm(size: LMSize, precision: str, rounds: int, compiled: bool = True) -> 
                         f"{variant} sampled {shape}: the workloads would not be equal"
                     )
                 tasks[f"sample{b}:{variant}"] = task
+    train_compile_s = 0.0
+    if compiled_training:
+        task = compiled_train_task(odet_lm(size).train(), batch, bf16)
+        train_compile_s = measure.seconds(task)  # the first step compiles
+        tasks["train:odet-euler-compiled"] = task
     timings = measure.round_robin(tasks, rounds=rounds, warmup=1)
     work = {"train": size.train_batch * size.train_len}
     work.update({f"sample{b}": b * size.new_tokens for b in SAMPLE_BATCHES})
@@ -215,17 +255,32 @@ def run_lm(size: LMSize, precision: str, rounds: int, compiled: bool = True) -> 
             "odet_vs_hf": measure.same_round_ratio(hf, odet),
         }
         timed = timings.get(f"{kind}:odet-euler-compiled")
-        if timed is not None:
+        if timed is not None and kind != "train":
             result[kind].update(
                 odet_compiled_tokens_per_s=tokens / timed.median,
                 odet_compiled_vs_hf=measure.same_round_ratio(hf, timed),
                 compile_s=compile_s[int(kind.removeprefix("sample"))],
             )
+    if not compiled_training:
+        return result
+    eager, fast = timings["train:odet-euler"], timings["train:odet-euler-compiled"]
+    result["train"].update(
+        {
+            "odet_compiled_tokens_per_s": work["train"] / fast.median,
+            "odet_compiled_vs_hf": measure.same_round_ratio(timings["train:hf-gpt2"], fast),
+            "odet_compiled_vs_odet": measure.same_round_ratio(eager, fast),
+            "compile_s": train_compile_s - fast.median,
+        }
+    )
     return result
 
 
 def run_lm_benchmarks(
-    names: Sequence[str], precisions: Sequence[str], rounds: int, compiled: bool = True
+    names: Sequence[str],
+    precisions: Sequence[str],
+    rounds: int,
+    compiled_sampling: bool = True,
+    compiled_training: bool = False,
 ) -> dict[str, Any]:
     """Every (size, precision) pair; the results keyed by size name."""
     out: dict[str, Any] = {}
@@ -235,7 +290,9 @@ def run_lm_benchmarks(
         out[name] = {
             "size": asdict(size),
             "rounds": rounds,
-            "results": [run_lm(size, p, rounds, compiled) for p in precisions],
+            "results": [
+                run_lm(size, p, rounds, compiled_sampling, compiled_training) for p in precisions
+            ],
         }
     return out
 
@@ -269,4 +326,19 @@ def lm_table(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {r['precision']} | {r['parameters']:,} | " + " | ".join(cells) + " |"
             )
+    compiled = [
+        f"| {name} | {r['precision']} | {t['odet_compiled_tokens_per_s']:,.0f} | "
+        f"{t['odet_compiled_vs_odet']:.2f}× | {t['odet_compiled_vs_hf']:.2f}× | "
+        f"{t['compile_s']:.0f} |"
+        for name, entry in results.items()
+        for r in entry["results"]
+        if "odet_compiled_vs_odet" in (t := r["train"])
+    ]
+    if compiled:
+        lines += [
+            "",
+            "| size | precision | train compiled odet tok/s | vs eager odet | vs HF | compile s |",
+            "|---|---|---|---|---|---|",
+            *compiled,
+        ]
     return "\n".join(lines)

@@ -57,6 +57,13 @@ def round_robin(tasks: Mapping[str, Task], rounds: int, warmup: int = 1) -> dict
     return {name: Timing(tuple(ts)) for name, ts in times.items()}
 
 
+def seconds(task: Task) -> float:
+    """Wall time of one call of ``task``."""
+    t0 = time.perf_counter()
+    task()
+    return time.perf_counter() - t0
+
+
 def same_round_ratio(numerator: Timing, denominator: Timing) -> float:
     """Median over rounds of ``numerator.times[r] / denominator.times[r]``."""
     if len(numerator.times) != len(denominator.times):

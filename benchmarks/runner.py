@@ -48,7 +48,12 @@ RK_PAIRS = (("odet-rk2", BASELINE), ("odet-rk2-gated", BASELINE), ("odet-rk4", B
 MEMORY_PAIRS = (("odet-rk4", BASELINE), ("odet-rk4-ckpt", BASELINE))
 """Peak training memory ratios; RK4 with activation checkpointing should stay near Euler."""
 BF16_SYSTEMS = frozenset(
-    {"odet-euler-bf16", "odet-euler-bf16-fused-sdpa", "odet-euler-bf16-weights"}
+    {
+        "odet-euler-bf16",
+        "odet-euler-bf16-fused-sdpa",
+        "odet-euler-bf16-weights",
+        "odet-euler-bf16-compiled-step",
+    }
 )
 
 
@@ -91,6 +96,8 @@ def run_training(
         except PeerUnavailableError as err:
             skipped[name] = str(err)
 
+    # The first step apart: for a compiled system it holds the compilation.
+    first_step = {name: measure.seconds(lambda s=s: s.step(batch)) for name, s in systems.items()}
     flops = {
         name: measure.count_flops(lambda s=s: s.loss(batch, eager=True).backward())
         for name, s in systems.items()
@@ -125,6 +132,9 @@ def run_training(
     }
     for name, s in systems.items():
         train[name]["loss"] = float(s.loss(batch).detach())
+        train[name]["first_step_s"] = first_step[name]
+        if name.endswith("compiled-step"):
+            train[name]["compile_s"] = first_step[name] - train[name]["step_s"]
     reference = next((r for r in REFERENCE if r in systems), None)
     for name in train:
         if reference is not None:
@@ -262,6 +272,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--lm", nargs="+", choices=list(LM_SIZES), help="language models vs HF GPT-2 only"
     )
+    parser.add_argument(
+        "--compiled", action="store_true", help="--lm: also time the compiled training step"
+    )
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
     parser.add_argument(
         "--no-compile",
@@ -306,7 +319,11 @@ def main_lm(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``--lm``: the language-model benchmark, its JSON and its Markdown rows."""
     results = {"environment": environment(argv), "sizes": {}}
     results["sizes"] = run_lm_benchmarks(
-        args.lm, args.precisions, args.rounds, compiled=not args.no_compile
+        args.lm,
+        args.precisions,
+        args.rounds,
+        compiled_sampling=not args.no_compile,
+        compiled_training=args.compiled,
     )
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")

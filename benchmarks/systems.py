@@ -45,6 +45,7 @@ from odet.nn import sinusoidal_table
 from odet.nn.dropout import Dropout
 from odet.nn.precision import autocast_bf16
 from odet.nn.quantization import int8_layer_names
+from odet.training.compile import compile_step
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DROPOUT = 0.1
@@ -138,10 +139,14 @@ class TrainSystem:
 
     eager_forward: Forward | None = None
     """The same computation without compilation, for FLOP counting (``None``: ``forward``)."""
+    compiled_loss: Callable[[Batch], Tensor] | None = None
+    """Forward and loss compiled together, as ``train.compile`` does (``None``: eager loss)."""
 
     def loss(self, batch: Batch, *, eager: bool = False) -> Tensor:
         forward = self.eager_forward if eager and self.eager_forward else self.forward
         with self.precision():
+            if self.compiled_loss is not None and not eager:
+                return self.compiled_loss(batch)
             return token_loss(forward(batch), batch.tgt_out)
 
     def step(self, batch: Batch) -> float:
@@ -270,6 +275,28 @@ def _odet_compiled(size: BenchSize) -> TrainSystem:
     )
 
 
+def _odet_compiled_step(bf16: bool) -> Callable[[BenchSize], TrainSystem]:
+    """odet Euler with ``train.compile``'s ``compile_step``: the forward pass and the loss in one
+    compiled graph with symbolic sizes, as the translation trainer compiles it (its backward
+    through AOTAutograd); the first step pays the compilation."""
+
+    def build(size: BenchSize) -> TrainSystem:
+        model = odet_model(size).train()
+        compiled = compile_step(_forward_token_loss, dynamic=True)
+        return TrainSystem(
+            model,
+            lambda b: model(b.src, b.tgt_in),
+            autocast_bf16 if bf16 else nullcontext,
+            compiled_loss=lambda b: compiled(model, b.src, b.tgt_in, b.tgt_out),
+        )
+
+    return build
+
+
+def _forward_token_loss(model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+    return token_loss(model(src, tgt_in), tgt_out)
+
+
 def _odet_bf16_weights(size: BenchSize) -> TrainSystem:
     model = odet_model(size).train()
     return MasterWeightsSystem(model, lambda b: model(b.src, b.tgt_in))
@@ -388,6 +415,8 @@ TRAIN_SYSTEMS: dict[str, Callable[[BenchSize], TrainSystem]] = {
     "odet-euler-bf16-weights": _odet_bf16_weights,
     "odet-euler-nn-dropout": _odet_torch_dropout,
     "odet-euler-compiled": _odet_compiled,
+    "odet-euler-compiled-step": _odet_compiled_step(bf16=False),
+    "odet-euler-bf16-compiled-step": _odet_compiled_step(bf16=True),
     "odet-euler-rpr": _odet_train("euler", positions="both"),
     "odet-euler-rpr-bf16": _odet_train("euler", bf16=True, positions="both"),
     "hf-marian": _marian_train,

@@ -187,3 +187,16 @@ def test_lm_benchmark_smoke_writes_both_systems_and_the_ratios(tmp_path: Path) -
     assert result["precision"] == "fp32" and result["parameters"] > 0
     for kind in ("train", "sample1", "sample16"):
         assert result[kind]["odet_tokens_per_s"] > 0 and result[kind]["odet_vs_hf"] > 0
+
+
+@pytest.mark.slow
+def test_lm_benchmark_times_the_compiled_step_and_its_compilation(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out = tmp_path / "lm.json"
+    argv = ["--lm", "lm-toy", "--quick", "--rounds", "1", "--precisions", "fp32", "--compiled",
+            "--out", str(out)]  # fmt: skip
+    assert runner.main(argv) == 0
+    (result,) = json.loads(out.read_text())["sizes"]["lm-toy"]["results"]
+    train = result["train"]
+    assert train["odet_compiled_tokens_per_s"] > 0 and train["compile_s"] > 0
+    assert train["odet_compiled_vs_odet"] > 0 and train["odet_compiled_vs_hf"] > 0

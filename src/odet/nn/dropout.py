@@ -20,6 +20,11 @@ _LEVELS = 1 << 16
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device) -> Tensor:
     """Boolean mask of ``shape``, each element True independently with probability ``1 − p'``."""
+    if torch.compiler.is_compiling():
+        # In-place ``random_`` breaks the graph; compiled code draws its uniform int16s out of
+        # place, which fuses with the comparison (same distribution, other draws).
+        halves = torch.randint(-(_LEVELS >> 1), _LEVELS >> 1, shape, device=device)
+        return halves >= _drop_levels(p) - (_LEVELS >> 1)
     numel = 1
     for n in shape:
         numel *= n

@@ -168,6 +168,9 @@ class LoopConfig:
     """bf16 on CPU: SDPA's math backend, or let torch pick the fused kernel."""
     activation_checkpointing: bool = False
     """Recompute block activations in the backward pass to save memory."""
+    compile: bool = False
+    """Run the training forward pass and loss through ``torch.compile`` (validation, decoding
+    and checkpoints stay eager); the first batches pay the compilation."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto``: CUDA when available; under ``torchrun`` each rank its own GPU (NCCL) when the
     node has one per rank, else the CPU (gloo)."""
@@ -256,6 +259,15 @@ class TrainConfig:
             self.generation.precision != "int8",
             "generation.precision int8 is for odet generate only; training validates and tests "
             "in fp32 or bf16",
+        )
+        check(
+            not self.train.compile or model.encoder_method != "continuous",
+            "train.compile does not support model.encoder_method: continuous (the adaptive "
+            "solver's number of steps depends on the data); set train.compile: false",
+        )
+        check(
+            not self.train.compile or self.train.parallel == "ddp",
+            "train.compile supports train.parallel: ddp only, not fsdp; set train.compile: false",
         )
         check(
             not self.optim.arclength_weight

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from odet.inference.checkpoint import resolve_model_dir
 from odet.io import write_bytes_atomic
 from odet.models import CausalLM, CheckpointError
 from odet.training.checkpoint import TrainerState, checkpoint_name
+from odet.training.compile import compile_counts, compile_step
 from odet.training.distributed import init_distributed
 from odet.training.lm_config import LMOptimConfig, LMTrainConfig
 from odet.training.metrics import MetricsLog, plot_learning_curve
@@ -120,12 +122,28 @@ def decay_groups(
     return decay, no_decay
 
 
-def lm_loss_sum(model: nn.Module, x: Tensor, y: Tensor, precision: ForwardPrecision) -> Tensor:
-    """Cross-entropy of next tokens ``y (B, T)`` given ``x (B, T)``, summed over tokens (nats)."""
+def lm_loss_sum(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    precision: ForwardPrecision,
+    loss: LMLoss | None = None,
+) -> Tensor:
+    """Cross-entropy of next tokens ``y (B, T)`` given ``x (B, T)``, summed over tokens (nats);
+    ``loss``: :func:`next_token_loss` (the default) or its compiled form (``train.compile``)."""
     with precision.context():
-        logits = model(x)
-    logits = logits.float()
+        return (loss or next_token_loss)(model, x, y)
+
+
+def next_token_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """The forward pass and the summed cross-entropy, at the caller's precision: the part of a
+    training step that ``train.compile`` compiles."""
+    logits = model(x).float()
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
+
+
+LMLoss = Callable[[nn.Module, Tensor, Tensor], Tensor]
+""":func:`next_token_loss` or it compiled."""
 
 
 @torch.no_grad()
@@ -212,6 +230,7 @@ class LMTrainer:
         }
         torch.manual_seed(c.seed)
         self.model = CausalLM(c.model_config(self.data.vocab.size)).to(self.device)
+        self.loss = compile_step(next_token_loss) if c.train.compile else next_token_loss
         self.checkpoints = RunCheckpoints(
             self.out / "checkpoints",
             self.dist,
@@ -288,6 +307,8 @@ class LMTrainer:
             self.state.step,
             self.state.elapsed_seconds,
         )
+        if c.compile:
+            logger.info("torch.compile: %s", compile_counts())
         return self._finish(last)
 
     def _stop_reason(self, started: float, signals: StopSignals) -> str:
@@ -305,7 +326,7 @@ class LMTrainer:
         batch = self.sampler.batch(self.state.step)
         x, y = batch.x.to(self.device), batch.y.to(self.device)
         window = time.perf_counter()
-        loss = lm_loss_sum(self.model, x, y, self.precision)
+        loss = lm_loss_sum(self.model, x, y, self.precision, self.loss)
         loss.backward()
         result = apply_update(
             list(self.model.parameters()),

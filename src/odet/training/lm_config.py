@@ -120,6 +120,9 @@ class LMLoopConfig:
     """Estimate the training and validation loss every this many updates (0: never)."""
     precision: Precision = "fp32"
     """Forward passes in fp32, or bf16 autocast (weights stay fp32)."""
+    compile: bool = False
+    """Run the training forward pass and loss through ``torch.compile`` (loss estimates and
+    checkpoints stay eager); the first update pays the compilation."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto``: CUDA when available."""
     threads: int = 0

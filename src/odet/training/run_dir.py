@@ -50,6 +50,7 @@ RESUME_SAFE_KEYS: frozenset[str] = frozenset(
         "train.max_epochs",
         "train.max_minutes",
         "train.threads",
+        "train.compile",
         "train.log_every",
         "train.progress",
         "train.keep_last",
@@ -64,11 +65,11 @@ def is_resume_safe(key: str) -> bool:
     """Whether the dotted config ``key`` may differ between a run's saved ``config.yaml`` and
     the config it is resumed with.
 
-    This is the one rule: budgets, logging, threads, checkpoint retention, patience and the
-    ``generation`` section change what is done next, not the model, the optimizer or the
-    order of the data, so a resumed run stays the run it was. Every other key (``model.*``,
-    ``data.*``, ``optim.*``, ``seed``, ``train.max_tokens``, ``train.update_freq``, ...) must
-    be equal, or the rerun is refused.
+    This is the one rule: budgets, logging, threads, compilation, checkpoint retention,
+    patience and the ``generation`` section change what is done next, not the model, the
+    optimizer or the order of the data, so a resumed run stays the run it was. Every other key
+    (``model.*``, ``data.*``, ``optim.*``, ``seed``, ``train.max_tokens``,
+    ``train.update_freq``, ...) must be equal, or the rerun is refused.
     """
     return key in RESUME_SAFE_KEYS or key.startswith(RESUME_SAFE_SECTIONS)
 

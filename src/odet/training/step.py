@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -23,9 +23,11 @@ from torch.optim.lr_scheduler import LRScheduler
 from odet.data import Batch
 from odet.generation import DecodePrecision
 from odet.nn.precision import Precision, autocast_bf16, precision_context
+from odet.ode import SolveStats
 from odet.training.checkpoint import TrainerState
+from odet.training.compile import compile_step
 from odet.training.config import LoopConfig, OptimConfig
-from odet.training.loss import label_smoothed_loss
+from odet.training.loss import loss_sums
 from odet.training.schedule import make_schedule
 
 logger = logging.getLogger("odet.train")
@@ -60,6 +62,23 @@ class ForwardPrecision:
         return precision_context(self.precision, self.device_type)
 
 
+ForwardLoss = Callable[
+    [nn.Module, Tensor, Tensor, Tensor, float, int], tuple[Tensor, Tensor, SolveStats | None]
+]
+"""``(module, src, tgt_in, tgt_out, smoothing, pad_id) -> (loss_sum, nll_sum, stats)``:
+:func:`forward_loss`, or it compiled (``train.compile``)."""
+
+
+def forward_loss(
+    module: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, smoothing: float, pad_id: int
+) -> tuple[Tensor, Tensor, SolveStats | None]:
+    """The teacher-forced forward pass and the summed label-smoothed loss and NLL: the part of
+    a training step that ``train.compile`` compiles."""
+    logits, stats = module(src, tgt_in, with_stats=True)
+    loss, nll = loss_sums(logits, tgt_out, smoothing=smoothing, pad_id=pad_id)
+    return loss, nll, stats
+
+
 @dataclass(frozen=True)
 class Objective:
     """What a training step minimises."""
@@ -68,10 +87,15 @@ class Objective:
     label_smoothing: float
     arclength_weight: float = 0.0
     """λ of the arclength regulariser ``λ · mean arclength`` per target token (0: off)."""
+    forward: ForwardLoss = forward_loss
+    """What computes the loss: ``forward_loss``, or it compiled (``train.compile``)."""
 
     @classmethod
-    def from_config(cls, optim: OptimConfig, pad_id: int) -> Objective:
-        return cls(pad_id, optim.label_smoothing, optim.arclength_weight)
+    def from_config(cls, optim: OptimConfig, pad_id: int, compiled: bool = False) -> Objective:
+        """``compiled``: the forward and loss compiled with symbolic sizes, since translation
+        batches vary in shape (:mod:`odet.training.compile`)."""
+        forward = compile_step(forward_loss, dynamic=True) if compiled else forward_loss
+        return cls(pad_id, optim.label_smoothing, optim.arclength_weight, forward)
 
 
 @dataclass(frozen=True)
@@ -95,12 +119,17 @@ def train_step(
 
     ``model`` is the module training calls (the model or its data-parallel wrapper) and must
     return ``(logits, stats)`` for ``with_stats=True``; ``stats`` is ``None`` unless the encoder
-    is continuous.
+    is continuous. ``objective.forward`` computes the loss (``forward_loss`` or it compiled).
     """
+    ntok = int(batch.tgt_out.ne(objective.pad_id).sum())
     with precision.context():
-        logits, stats = model(batch.src, batch.tgt_in, with_stats=True)
-        loss, nll, ntok = label_smoothed_loss(
-            logits, batch.tgt_out, smoothing=objective.label_smoothing, pad_id=objective.pad_id
+        loss, nll, stats = objective.forward(
+            model,
+            batch.src,
+            batch.tgt_in,
+            batch.tgt_out,
+            objective.label_smoothing,
+            objective.pad_id,
         )
         nfe = None if stats is None else float(stats.nfe.float().mean())
         if objective.arclength_weight and stats is not None:

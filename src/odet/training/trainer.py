@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from odet.models import Seq2Seq
 from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name
+from odet.training.compile import compile_counts
 from odet.training.config import TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.metrics import MetricsLog, ThroughputWindow, plot_learning_curve
@@ -130,7 +131,7 @@ class Trainer:
         self.model = Seq2Seq(c.model_config(self.tokenizers.source.vocab_size, tgt_vocab))
         self.model.to(self.device)
         self.model.set_activation_checkpointing(c.train.activation_checkpointing)
-        self.objective = Objective.from_config(c.optim, self.model.config.pad_id)
+        self.objective = Objective.from_config(c.optim, self.model.config.pad_id, c.train.compile)
         if self.dist.enabled:
             torch.manual_seed(c.seed + self.dist.rank)  # but each rank its own dropout masks
         self.state = TrainerState()
@@ -196,10 +197,11 @@ class Trainer:
                     f"{self.ckpt_root}; run the same command to resume"
                 )
         logger.info(
-            "training stopped (%s) after %d updates, %.0fs",
+            "training stopped (%s) after %d updates, %.0fs%s",
             stop_reason or "max_epochs",
             self.state.step,
             self.state.elapsed_seconds,
+            f"; torch.compile: {compile_counts()}" if c.compile else "",
         )
         return self._finish(self.ckpt_root / checkpoint_name(self.state.step))
 
