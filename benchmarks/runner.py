@@ -175,7 +175,9 @@ def _two_steps(name: str, size: BenchSize, batch: Any) -> None:
 def run_generation(
     size: BenchSize, names: Sequence[str], beams: Sequence[int], rounds: int
 ) -> dict[str, Any]:
-    """Sentences/s of every generation system at each beam size, forced to equal lengths."""
+    """Sentences/s of every generation system at each beam size, forced to equal lengths; the
+    first (untimed) call's seconds, which include compilation; matmul FLOPs of odet's eager
+    systems (a compiled system does its eager twin's work)."""
     src = gen_sources(size)
     systems: dict[str, Generate] = {}
     skipped: dict[str, str] = {}
@@ -187,10 +189,18 @@ def run_generation(
     results: dict[str, Any] = {"skipped": skipped}
     for beam in beams:
         first_call: dict[str, float] = {}
-        for name, gen in systems.items():
+        flops: dict[str, int] = {}
+        for name, gen in list(systems.items()):
             start = time.perf_counter()
-            lengths = {len(tokens) for tokens in gen(src, beam)}
+            try:
+                lengths = {len(tokens) for tokens in gen(src, beam)}
+            except Exception as err:  # e.g. a compiled variant torch cannot compile
+                skipped[name] = f"failed at beam {beam}: {type(err).__name__}: {err}"[:300]
+                del systems[name]
+                continue
             first_call[name] = time.perf_counter() - start
+            if "compiled" not in name and name.startswith("odet-"):  # compiled: same work
+                flops[name] = measure.count_flops(lambda g=gen, b=beam: g(src, b))
             if lengths != {size.gen_tokens}:
                 raise RuntimeError(
                     f"{name} beam {beam} generated lengths {sorted(lengths)}, expected exactly "
@@ -207,6 +217,7 @@ def run_generation(
                 "seconds": t.median,
                 "sentences_per_s": size.gen_batch / t.median,
                 "first_call_seconds": first_call[name],
+                **({"flops": flops[name]} if name in flops else {}),
                 **{
                     f"speed_vs_{peer}": measure.same_round_ratio(timings[peer], t)
                     for peer in GEN_PEERS
