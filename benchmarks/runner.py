@@ -45,7 +45,7 @@ from benchmarks.systems import (
 REFERENCE = ("hf-marian", "torch-transformer")
 """Ratios are taken against the first of these that ran."""
 BASELINE = "odet-euler"
-GEN_PEERS = ("hf-marian", "ct2-marian")
+GEN_PEERS = ("hf-marian", "ct2-marian", "odet-euler")
 """Generation systems every other one is compared with, same round."""
 RK_PAIRS = (("odet-rk2", BASELINE), ("odet-rk2-gated", BASELINE), ("odet-rk4", BASELINE))
 MEMORY_PAIRS = (("odet-rk4", BASELINE), ("odet-rk4-ckpt", BASELINE))
@@ -216,6 +216,7 @@ def run_generation(
             name: {
                 "seconds": t.median,
                 "sentences_per_s": size.gen_batch / t.median,
+                "times": list(t.times),
                 "first_call_seconds": first_call[name],
                 **({"flops": flops[name]} if name in flops else {}),
                 **{
