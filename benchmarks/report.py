@@ -106,16 +106,19 @@ def _generation_table(entry: dict[str, Any]) -> list[str]:
         if strategy == "skipped":
             continue
         for system, r in systems.items():
-            speed = r.get("speed_vs_hf-marian")
+            speeds = [r.get(f"speed_vs_{peer}") for peer in ("hf-marian", "ct2-marian")]
+            first = r.get("first_call_seconds")
             rows.append(
                 [
                     strategy,
                     f"`{system}`",
                     _fmt(r["sentences_per_s"], 1),
-                    "—" if speed is None else _fmt(speed) + "×",
+                    *("—" if speed is None else _fmt(speed) + "×" for speed in speeds),
+                    "—" if first is None else _fmt(first, 1),
                 ]
             )
-    lines += _table(["search", "system", "sentences/s", "speed vs hf-marian"], rows)
+    header = ["search", "system", "sentences/s", "speed vs hf-marian", "speed vs ct2-marian"]
+    lines += _table([*header, "first call s (compiles)"], rows)
     for system, reason in generation["skipped"].items():
         lines.append(f"\n`{system}` skipped: {reason}")
     return lines

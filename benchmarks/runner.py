@@ -17,6 +17,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ from benchmarks.systems import (
 REFERENCE = ("hf-marian", "torch-transformer")
 """Ratios are taken against the first of these that ran."""
 BASELINE = "odet-euler"
+GEN_PEERS = ("hf-marian", "ct2-marian", "odet-euler")
+"""Generation systems every other one is compared with, same round."""
 RK_PAIRS = (("odet-rk2", BASELINE), ("odet-rk2-gated", BASELINE), ("odet-rk4", BASELINE))
 MEMORY_PAIRS = (("odet-rk4", BASELINE), ("odet-rk4-ckpt", BASELINE))
 """Peak training memory ratios; RK4 with activation checkpointing should stay near Euler."""
@@ -182,7 +185,9 @@ def _two_steps(name: str, size: BenchSize, batch: Any) -> None:
 def run_generation(
     size: BenchSize, names: Sequence[str], beams: Sequence[int], rounds: int
 ) -> dict[str, Any]:
-    """Sentences/s of every generation system at each beam size, forced to equal lengths."""
+    """Sentences/s of every generation system at each beam size, forced to equal lengths; the
+    first (untimed) call's seconds, which include compilation; matmul FLOPs of odet's eager
+    systems (a compiled system does its eager twin's work)."""
     src = gen_sources(size)
     systems: dict[str, Generate] = {}
     skipped: dict[str, str] = {}
@@ -193,8 +198,19 @@ def run_generation(
             skipped[name] = str(err)
     results: dict[str, Any] = {"skipped": skipped}
     for beam in beams:
-        for name, gen in systems.items():
-            lengths = {len(tokens) for tokens in gen(src, beam)}
+        first_call: dict[str, float] = {}
+        flops: dict[str, int] = {}
+        for name, gen in list(systems.items()):
+            start = time.perf_counter()
+            try:
+                lengths = {len(tokens) for tokens in gen(src, beam)}
+            except Exception as err:  # e.g. a compiled variant torch cannot compile
+                skipped[name] = f"failed at beam {beam}: {type(err).__name__}: {err}"[:300]
+                del systems[name]
+                continue
+            first_call[name] = time.perf_counter() - start
+            if "compiled" not in name and name.startswith("odet-"):  # compiled: same work
+                flops[name] = measure.count_flops(lambda g=gen, b=beam: g(src, b))
             if lengths != {size.gen_tokens}:
                 raise RuntimeError(
                     f"{name} beam {beam} generated lengths {sorted(lengths)}, expected exactly "
@@ -210,11 +226,14 @@ def run_generation(
             name: {
                 "seconds": t.median,
                 "sentences_per_s": size.gen_batch / t.median,
-                **(
-                    {"speed_vs_hf-marian": measure.same_round_ratio(timings["hf-marian"], t)}
-                    if "hf-marian" in timings
-                    else {}
-                ),
+                "times": list(t.times),
+                "first_call_seconds": first_call[name],
+                **({"flops": flops[name]} if name in flops else {}),
+                **{
+                    f"speed_vs_{peer}": measure.same_round_ratio(timings[peer], t)
+                    for peer in GEN_PEERS
+                    if peer in timings
+                },
             }
             for name, t in timings.items()
         }

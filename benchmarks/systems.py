@@ -25,6 +25,7 @@ Every system is trained with the same loss (token cross-entropy, padding ignored
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import shutil
 import tempfile
@@ -485,9 +486,13 @@ def _odet_generate(
     preallocate: bool = True,
     dtype: torch.dtype = torch.float32,
     int8: str | None = None,
+    compile: bool = False,
+    decoder_method: str = "euler",
 ) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
-        model = odet_model(size, method).eval().to(dtype)
+        torch.manual_seed(0)
+        config = dataclasses.replace(odet_config(size, method), decoder_method=decoder_method)
+        model = Seq2Seq(config).eval().to(dtype)
         if int8 == "odet":
             model = inference_model(model, "int8")
         elif int8 == "qdyn":
@@ -505,7 +510,7 @@ def _odet_generate(
 
         def run(src: Tensor, beam: int) -> list[list[int]]:
             n = size.gen_tokens
-            return model.generate(src, beam_size=beam, max_len=n, min_len=n)
+            return model.generate(src, beam_size=beam, max_len=n, min_len=n, compile=compile)
 
         return run
 
@@ -648,6 +653,13 @@ GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-euler-bf16": _odet_generate("euler", dtype=torch.bfloat16),
     "odet-euler-int8": _odet_generate("euler", int8="odet"),
     "odet-euler-int8-qdyn": _odet_generate("euler", int8="qdyn"),
+    "odet-euler-compiled": _odet_generate("euler", compile=True),
+    "odet-euler-bf16-compiled": _odet_generate("euler", dtype=torch.bfloat16, compile=True),
+    "odet-euler-int8-compiled": _odet_generate("euler", int8="odet", compile=True),
+    "odet-dec-rk2": _odet_generate("euler", decoder_method="rk2"),
+    "odet-dec-rk4": _odet_generate("euler", decoder_method="rk4"),
+    "odet-dec-rk2-compiled": _odet_generate("euler", decoder_method="rk2", compile=True),
+    "odet-dec-rk4-compiled": _odet_generate("euler", decoder_method="rk4", compile=True),
     "hf-marian": _marian_generate,
     "hf-marian-bf16": lambda size: _marian_generate(size, torch.bfloat16),
     "ct2-marian": _ct2_generate("float32"),

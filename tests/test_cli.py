@@ -84,6 +84,29 @@ def test_generate_decodes_in_int8(trained, tmp_path):
     assert len(out.read_text().splitlines()) == 2
 
 
+def test_generate_compile_flag_overrides_the_run_config_only_when_given(
+    trained, tmp_path, monkeypatch
+):
+    from odet.cli import build_parser
+    from odet.inference import Translator
+
+    parser = build_parser()
+    assert parser.parse_args(["generate", "m"]).compile is None
+    assert parser.parse_args(["generate", "m", "--compile"]).compile is True
+    assert parser.parse_args(["generate", "m", "--no-compile"]).compile is False
+    seen = []
+    monkeypatch.setattr(
+        Translator,
+        "translate",
+        lambda self, lines, progress: seen.append(self.config.compile) or [],
+    )
+    source = tmp_path / "in.txt"
+    source.write_text("ka lo\n")
+    assert main(["generate", str(trained), "-i", str(source), "--compile"]) == 0
+    assert main(["generate", str(trained), "-i", str(source)]) == 0
+    assert seen == [True, False]
+
+
 def test_evaluate_prints_bleu_with_its_signature(tmp_path, capsys):
     (tmp_path / "h").write_text("the cat sat on the mat\n")
     (tmp_path / "r").write_text("the cat sat on the mat\n")

@@ -90,6 +90,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "batch_tokens": args.batch_tokens,
         "precision": args.precision,
+        "compile": args.compile,
     }
     if args.output is not None:
         from odet.io import check_output_file
@@ -521,6 +522,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["fp32", "bf16", "int8"],
         help="bf16: a bf16 copy of the model, 1.4-2.6x faster where the CPU has bf16 units; "
         "int8: a copy with int8 linear layers (CPU only; benchmarks/RESULTS.md)",
+    )
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"run the decoder steps under torch.compile (compiles once per process) {RUN}",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -49,6 +49,8 @@ class GenerationConfig:
     """Most padded source tokens per decoding batch."""
     precision: DecodePrecision = "fp32"
     """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training)."""
+    compile: bool = False
+    """Run the cached decoder steps under ``torch.compile`` (compiled once per process)."""
 
     def __post_init__(self) -> None:
         check_types(self)

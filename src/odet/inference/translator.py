@@ -125,7 +125,13 @@ class Translator:
                 rows = order[start:stop]
                 src = pad_tokens([encoded[j] for j in rows]).to(device)
                 max_len = int(self.config.max_len_a * src.shape[1] + self.config.max_len_b)
-                nbest = model.search(src, strategy, max_len, min_len=self.config.min_len)
+                nbest = model.search(
+                    src,
+                    strategy,
+                    max_len,
+                    min_len=self.config.min_len,
+                    compile=self.config.compile,
+                )
                 for j, hyps in zip(rows, nbest):
                     tokens = hyps[0].tokens if hyps else []
                     outputs[todo[j]] = self.tokenizers.target.decode(tokens)

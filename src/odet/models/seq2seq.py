@@ -14,6 +14,7 @@ keyed by (block, stage), so RK decoders decode exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, overload
@@ -212,10 +213,11 @@ class Seq2Seq(nn.Module):
 
     # ------------------------------------------------------------------ generation
     def incremental_decoder(
-        self, encoder_out: EncoderOutput, use_cache: bool = True
+        self, encoder_out: EncoderOutput, use_cache: bool = True, *, compile: bool = False
     ) -> Seq2SeqDecoder:
-        """The model as an ``odet.generation.IncrementalDecoder`` over one encoded batch."""
-        return Seq2SeqDecoder(self, encoder_out, use_cache)
+        """The model as an ``odet.generation.IncrementalDecoder`` over one encoded batch;
+        ``compile`` runs its cached steps under ``torch.compile`` (``Seq2SeqDecoder``)."""
+        return Seq2SeqDecoder(self, encoder_out, use_cache, compile=compile)
 
     @torch.no_grad()
     def generate(
@@ -228,12 +230,14 @@ class Seq2Seq(nn.Module):
         min_len: int = 0,
         length_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
+        compile: bool = False,
     ) -> list[list[int]]:
         """Translate a batch: the best hypothesis per source, as token ids without BOS/EOS.
 
         ``beam_size=1`` is greedy search. ``max_len`` (default ``2·S + 10``, capped by the
         position table) bounds the generated tokens excluding EOS. ``use_cache=False``
         recomputes the decoder over the whole prefix at every step and returns the same tokens.
+        ``compile`` runs the cached decoder steps under ``torch.compile`` (same tokens).
         """
         strategy = make_strategy(
             "beam",
@@ -241,7 +245,9 @@ class Seq2Seq(nn.Module):
             length_penalty=length_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
         )
-        nbest = self.search(src_tokens, strategy, max_len, use_cache, min_len=min_len)
+        nbest = self.search(
+            src_tokens, strategy, max_len, use_cache, min_len=min_len, compile=compile
+        )
         return [hyps[0].tokens if hyps else [] for hyps in nbest]
 
     @torch.no_grad()
@@ -253,14 +259,16 @@ class Seq2Seq(nn.Module):
         use_cache: bool = True,
         *,
         min_len: int = 0,
+        compile: bool = False,
     ) -> list[list[Hypothesis]]:
-        """Run any search strategy (greedy, beam, sampling); n-best lists per source."""
+        """Run any search strategy (greedy, beam, sampling); n-best lists per source;
+        ``compile``: cached decoder steps under ``torch.compile``."""
         encoder_out = self.encode(src_tokens)
         if max_len is None:
             max_len = 2 * src_tokens.shape[1] + 10
         max_len = min(max_len, self.config.max_positions - 1)
         return generate(
-            self.incremental_decoder(encoder_out, use_cache),
+            self.incremental_decoder(encoder_out, use_cache, compile=compile),
             src_tokens.shape[0],
             strategy,
             bos_id=self.config.bos_id,
@@ -319,18 +327,51 @@ class Seq2Seq(nn.Module):
             )
 
 
+def next_log_probs(model: Seq2Seq, tokens: Tensor, state: DecoderState) -> Tensor:
+    """One cached decoder step: the newest tokens ``(N, 1)`` through the decoder and ``state``
+    (which advances) → next-token log-probabilities ``(N, V)``, fp32 for half-precision logits.
+    What ``Seq2SeqDecoder`` runs eagerly or under ``torch.compile``."""
+    logits = model.decode(tokens, state=state)[:, -1]
+    dtype = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else None
+    return F.log_softmax(logits, dim=-1, dtype=dtype)
+
+
+_compiled_next_log_probs: Callable[[Seq2Seq, Tensor, DecoderState], Tensor] | None = None
+
+
+def compiled_next_log_probs() -> Callable[[Seq2Seq, Tensor, DecoderState], Tensor]:
+    """``next_log_probs`` under ``torch.compile(dynamic=True)``, built once per process.
+
+    Dynamic shapes keep one graph for every batch size and cache length (the caches grow by
+    one position per step, beam search resizes the batch); the parameters are graph inputs, so
+    models of one architecture share it.
+    """
+    global _compiled_next_log_probs
+    if _compiled_next_log_probs is None:
+        _compiled_next_log_probs = torch.compile(next_log_probs, dynamic=True)
+    return _compiled_next_log_probs
+
+
 class Seq2SeqDecoder:
     """``IncrementalDecoder`` adapter: next-token log-probabilities for the generation loop.
 
     With ``use_cache`` each step feeds only the newest token through the decoder and its
     ``DecoderState``; without, each step decodes the whole prefix again (the reference the cached
     path must match). ``reorder`` follows beam expansion, pruning and finished sentences.
+
+    With ``compile`` (cached only) the steps run ``next_log_probs`` under ``torch.compile``
+    from the third on: the first two stay eager, so that the one compiled graph sees the beams'
+    layout of the memory (the first step has one row per sentence) and caches longer than one
+    position (a length of 1 would be specialised into a graph of its own).
     """
 
-    def __init__(self, model: Seq2Seq, encoder_out: EncoderOutput, use_cache: bool):
+    def __init__(
+        self, model: Seq2Seq, encoder_out: EncoderOutput, use_cache: bool, *, compile: bool = False
+    ):
         self.model = model
         self.encoder_out = encoder_out
         self.state = model.init_state(encoder_out) if use_cache else None
+        self.compile = compile and use_cache
 
     def step(self, prefix: Tensor) -> Tensor:
         """``prefix (N, t)`` starting with BOS → log-probabilities ``(N, V)`` of the next token."""
@@ -342,7 +383,10 @@ class Seq2SeqDecoder:
                     f"cached decoder has seen {self.state.length} positions but got a prefix of "
                     f"{prefix.shape[1]}; each step must add exactly one token"
                 )
-            logits = self.model.decode(prefix[:, -1:], state=self.state)[:, -1]
+            if self.compile and self.state.length >= 2:
+                tokens = prefix[:, -1:].clone(memory_format=torch.contiguous_format)  # (N, 1)
+                return compiled_next_log_probs()(self.model, tokens, self.state)
+            return next_log_probs(self.model, prefix[:, -1:], self.state)
         dtype = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else None
         return F.log_softmax(logits, dim=-1, dtype=dtype)
 
