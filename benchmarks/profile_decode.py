@@ -104,7 +104,7 @@ def scopes(model: nn.Module) -> Iterator[None]:
         hooked += [(block, "decoder block") for block in model.decoder.blocks]
         hooked += [(model.output_projection, "output projection")]
         for module, name in hooked:
-            handles += _hook(module, name)
+            handles += scope_hooks(module, PREFIX + name)
         yield
     finally:
         for handle in handles:
@@ -113,18 +113,22 @@ def scopes(model: nn.Module) -> Iterator[None]:
             setattr(owner, attr, fn)
 
 
-def _hook(module: nn.Module, name: str) -> list[Any]:
+def scope_hooks(module: nn.Module, label: str) -> list[Any]:
+    """Hooks that put every forward call of ``module`` in a profiler scope named ``label``."""
     stack: list[record_function] = []
 
     def pre(_module: nn.Module, _args: Any) -> None:
-        rf = record_function(PREFIX + name)
+        rf = record_function(label)
         rf.__enter__()
         stack.append(rf)
 
     def post(_module: nn.Module, _args: Any, _out: Any) -> None:
         stack.pop().__exit__(None, None, None)
 
-    return [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    return [
+        module.register_forward_pre_hook(pre),
+        module.register_forward_hook(post),
+    ]
 
 
 @dataclass

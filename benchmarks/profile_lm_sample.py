@@ -35,6 +35,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.lm import LM_SIZES, LMSize, hf_gpt2, odet_lm, sample_task
+from benchmarks.profile_decode import scope_hooks
 from odet.nn.attention import SelfAttention
 from odet.nn.feedforward import FeedForward
 
@@ -77,20 +78,6 @@ def _module_scopes(system: str) -> list[tuple[type[nn.Module], str]]:
     return [(GPT2Attention, "attention"), (GPT2MLP, "ffn"), (nn.LayerNorm, "layer norm")]
 
 
-def _hook(module: nn.Module, name: str) -> list[Any]:
-    stack: list[record_function] = []
-
-    def pre(_module: nn.Module, _args: Any) -> None:
-        rf = record_function(PREFIX + name)
-        rf.__enter__()
-        stack.append(rf)
-
-    def post(_module: nn.Module, _args: Any, _out: Any) -> None:
-        stack.pop().__exit__(None, None, None)
-
-    return [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
-
-
 @contextlib.contextmanager
 def scopes(system: str, model: nn.Module) -> Iterator[None]:
     """Named profiler scopes around the modules of ``model`` (removed afterwards)."""
@@ -99,9 +86,9 @@ def scopes(system: str, model: nn.Module) -> Iterator[None]:
         for module in model.modules():
             for cls, name in _module_scopes(system):
                 if isinstance(module, cls):
-                    handles += _hook(module, name)
+                    handles += scope_hooks(module, PREFIX + name)
         head = model.lm_head if system == "hf" else model.head  # type: ignore[union-attr]
-        handles += _hook(head, "output head")  # type: ignore[arg-type]
+        handles += scope_hooks(head, PREFIX + "output head")  # type: ignore[arg-type]
         yield
     finally:
         for handle in handles:
