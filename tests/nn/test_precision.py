@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from odet.models import Seq2Seq, Seq2SeqConfig
-from odet.nn.precision import autocast_bf16, precision_context
+from odet.nn import precision as precision_module
+from odet.nn.precision import autocast_bf16, cpu_flags, precision_context, resolve_precision
 
 
 def _train_curve(precision: str, device: torch.device, steps: int = 40) -> list[float]:
@@ -112,3 +113,50 @@ def test_under_bf16_autocast_fields_gates_and_stage_sums_are_fp32(
     if encoder != "continuous":
         assert seen["combination"] == {torch.float32}
     assert set(gates) <= {torch.float32} and (bool(gates) == coefficients.startswith("gated"))
+
+
+def test_cpu_flags_read_the_flags_line_and_are_empty_without_cpuinfo(tmp_path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile\nbugs\t: x\n")
+    assert cpu_flags(str(info)) == {"fpu", "avx512f", "amx_bf16", "amx_tile"}
+    assert cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"avx512f", "avx2"}, "fp32"),
+        ({"avx512_bf16"}, "bf16"),
+        ({"amx_bf16"}, "bf16"),
+        (set(), "fp32"),
+    ],
+)
+def test_auto_precision_is_bf16_only_with_bf16_instructions_on_cpu(
+    monkeypatch, flags, expected
+) -> None:
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset(flags))
+    assert resolve_precision("auto", torch.device("cpu")) == expected
+    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
+    assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
+
+
+@pytest.mark.parametrize(("capability", "expected"), [((7, 5), "fp32"), ((8, 0), "bf16")])
+def test_auto_precision_on_cuda_needs_compute_capability_8(
+    monkeypatch, capability, expected
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert resolve_precision("auto", torch.device("cuda")) == expected
+
+
+def test_auto_is_a_training_precision_and_others_are_refused() -> None:
+    from odet.config import ConfigError
+    from odet.training.config import LoopConfig
+    from odet.training.lm_config import LMLoopConfig
+
+    assert LoopConfig(precision="auto").precision == "auto"
+    assert LMLoopConfig(precision="auto").precision == "auto"
+    with pytest.raises(ConfigError, match="precision"):
+        LoopConfig(precision="fp16")
+    with pytest.raises(ValueError, match="choose one of"):
+        resolve_precision("fp16", torch.device("cpu"))  # type: ignore[arg-type]

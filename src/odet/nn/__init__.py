@@ -19,7 +19,15 @@ from odet.nn.fields import (
     FieldOutput,
     FieldSpec,
 )
-from odet.nn.precision import PRECISIONS, Precision, autocast_bf16, precision_context
+from odet.nn.precision import (
+    PRECISIONS,
+    Precision,
+    TrainPrecision,
+    autocast_bf16,
+    has_native_bf16,
+    precision_context,
+    resolve_precision,
+)
 from odet.nn.quantization import Int8Linear, int8_copy
 from odet.nn.relative import PositionScheme, RelativePositions, relative_attention
 from odet.nn.state import DecoderState
@@ -52,10 +60,13 @@ __all__ = [
     "TimeConditionedEncoderField",
     "TimeConditioning",
     "TokenEmbedding",
+    "TrainPrecision",
     "attention_mask",
     "autocast_bf16",
+    "has_native_bf16",
     "int8_copy",
     "precision_context",
     "relative_attention",
+    "resolve_precision",
     "sinusoidal_table",
 ]

@@ -29,6 +29,41 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+TrainPrecision = Literal["fp32", "bf16", "auto"]
+"""A training precision: ``auto`` is bf16 where the device multiplies bf16 natively, else fp32."""
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU feature flags the kernel reports (empty where there is no ``/proc/cpuinfo``)."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def has_native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bf16 matrices with instructions made for it: a CUDA GPU of
+    compute capability 8.0 or newer (bf16 tensor cores), or a CPU with AMX-BF16 or
+    AVX-512-BF16 (bf16 dot products, which oneDNN's bf16 GEMMs use). Without them bf16 matmuls
+    are emulated through fp32 and autocast only adds casts."""
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8
+    return device.type == "cpu" and bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
+
+
+def resolve_precision(precision: TrainPrecision, device: torch.device) -> Precision:
+    """``precision`` with ``auto`` decided for ``device`` (see :func:`has_native_bf16`)."""
+    if precision == "auto":
+        return "bf16" if has_native_bf16(device) else "fp32"
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"unknown precision {precision!r}; choose one of {get_args(TrainPrecision)}"
+        )
+    return precision
 
 
 @contextmanager

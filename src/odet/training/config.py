@@ -26,7 +26,7 @@ import yaml
 from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
 from odet.generation import GenerationConfig
 from odet.models import Seq2SeqConfig
-from odet.nn import Precision
+from odet.nn import TrainPrecision
 from odet.training.schedule import ScheduleName
 
 _FROM_TOKENIZER = ("vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
@@ -162,8 +162,10 @@ class LoopConfig:
     """Stop after this many updates (0: no limit)."""
     max_minutes: float = 0.0
     """Stop after this much training time, resumes included (0: no limit)."""
-    precision: Precision = "fp32"
-    """Forward passes in fp32, or bf16 autocast (weights stay fp32)."""
+    precision: TrainPrecision = "fp32"
+    """Forward passes in fp32, or bf16 autocast (weights stay fp32); ``auto``: bf16 where the
+    device has bf16 matrix instructions (AMX-BF16 or AVX-512-BF16 CPUs, CUDA GPUs of compute
+    capability >= 8.0), else fp32."""
     bf16_sdpa: Literal["math", "fused"] = "math"
     """bf16 on CPU: SDPA's math backend, or let torch pick the fused kernel."""
     activation_checkpointing: bool = False

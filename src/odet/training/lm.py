@@ -33,6 +33,7 @@ from odet.data.lm import CharVocabulary, WindowSampler, evaluation_batches, read
 from odet.inference.checkpoint import resolve_model_dir
 from odet.io import write_bytes_atomic
 from odet.models import CausalLM, CheckpointError
+from odet.nn.precision import resolve_precision
 from odet.training.checkpoint import TrainerState, checkpoint_name
 from odet.training.compile import compile_counts, compile_step
 from odet.training.distributed import init_distributed
@@ -206,7 +207,8 @@ class LMTrainer:
         if self.dist.enabled:
             raise ValueError("task: lm trains in one process; run it without torchrun")
         self.device = pick_device(config.train.device, self.dist)
-        self.precision = ForwardPrecision(config.train.precision, self.device.type)
+        precision = resolve_precision(config.train.precision, self.device)
+        self.precision = ForwardPrecision(precision, self.device.type)
         self.evaluation = ForwardPrecision("fp32", self.device.type)
         self.out = Path(config.output_dir)
         self.progress = config.train.progress if progress is None else progress
@@ -262,7 +264,7 @@ class LMTrainer:
         reopen_finished_run(self.out, self.metrics, self.state.step)
         logger.info(
             "language model: %s, %d layers, %d parameters; %d-character vocabulary; %d training "
-            "and %d validation tokens; device %s",
+            "and %d validation tokens; device %s, %s",
             self.model.config.method,
             self.model.config.layers,
             self.model.num_parameters(),
@@ -270,6 +272,7 @@ class LMTrainer:
             self.data.train.numel(),
             self.data.valid.numel(),
             self.device,
+            self.precision.precision,
         )
 
     # ------------------------------------------------------------------ loop

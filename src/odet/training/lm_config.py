@@ -25,7 +25,7 @@ import yaml
 
 from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
 from odet.models import CausalLMConfig
-from odet.nn import Precision
+from odet.nn import TrainPrecision
 from odet.training.config import TrainConfig, apply_overrides
 
 TOKENIZERS = ("char",)
@@ -118,8 +118,10 @@ class LMLoopConfig:
     """Stop after this much training time, resumes included (0: no limit)."""
     eval_interval: int = 250
     """Estimate the training and validation loss every this many updates (0: never)."""
-    precision: Precision = "fp32"
-    """Forward passes in fp32, or bf16 autocast (weights stay fp32)."""
+    precision: TrainPrecision = "fp32"
+    """Forward passes in fp32, or bf16 autocast (weights stay fp32); ``auto``: bf16 where the
+    device has bf16 matrix instructions (AMX-BF16 or AVX-512-BF16 CPUs, CUDA GPUs of compute
+    capability >= 8.0), else fp32."""
     compile: bool = False
     """Run the training forward pass and loss through ``torch.compile`` (loss estimates and
     checkpoints stay eager); the first update pays the compilation."""

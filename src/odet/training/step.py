@@ -22,7 +22,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from odet.data import Batch
 from odet.generation import DecodePrecision
-from odet.nn.precision import Precision, autocast_bf16, precision_context
+from odet.nn.precision import Precision, autocast_bf16, precision_context, resolve_precision
 from odet.ode import SolveStats
 from odet.training.checkpoint import TrainerState
 from odet.training.compile import compile_step
@@ -44,7 +44,9 @@ class ForwardPrecision:
 
     @classmethod
     def from_config(cls, train: LoopConfig, device: torch.device) -> ForwardPrecision:
-        return cls(train.precision, device.type, math_sdpa=train.bf16_sdpa == "math")
+        """``train.precision`` on ``device`` (``auto`` decided here)."""
+        precision = resolve_precision(train.precision, device)
+        return cls(precision, device.type, math_sdpa=train.bf16_sdpa == "math")
 
     @classmethod
     def for_evaluation(cls, precision: DecodePrecision, device: torch.device) -> ForwardPrecision:

@@ -144,7 +144,7 @@ class Trainer:
             len(self.train_set),
             self.batcher.num_batches,
             f" over {self.dist.world_size} ranks ({c.train.parallel})" if self.dist.enabled else "",
-            self.device,
+            f"{self.device}, {self.precision.precision}",
         )
         checkpoint = self.checkpoints.latest()
         if checkpoint is not None:  # weights first: sharding distributes what is loaded
