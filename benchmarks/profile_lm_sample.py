@@ -35,26 +35,13 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.lm import LM_SIZES, LMSize, hf_gpt2, odet_lm, sample_task
-from benchmarks.profile_decode import scope_hooks
+from benchmarks.profile_decode import MATMUL_OPS, scope_hooks
 from odet.nn.attention import SelfAttention
 from odet.nn.feedforward import FeedForward
 
 PREFIX = "lm:"
 SYSTEMS = {"odet": "odet-euler", "odet-compiled": "odet-euler-compiled", "hf": "hf-gpt2"}
 """Profiled systems: their ``benchmarks.lm`` names."""
-MATMUL_OPS = frozenset(
-    {
-        "aten::addmm",
-        "aten::mm",
-        "aten::bmm",
-        "aten::baddbmm",
-        "aten::matmul",
-        "aten::linear",
-        "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::scaled_dot_product_attention",
-        "aten::_scaled_dot_product_attention_math",
-    }
-)
 ATTENTION_KERNELS = frozenset(
     {
         "aten::bmm",
