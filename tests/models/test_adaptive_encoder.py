@@ -80,3 +80,42 @@ def test_bad_solver_settings_are_config_errors():
         _config(decoder_method="adaptive")
     with pytest.raises(ConfigError, match=r"unknown config key 'model.continuous.rtl'"):
         Seq2SeqConfig.from_dict({"vocab_size": 40, "continuous": {"rtl": 1e-4}})
+
+
+def _dropout_rates(module: torch.nn.Module) -> list[float]:
+    """Every dropout rate the module's submodules apply: dropout modules' ``p`` and the
+    attention modules' float ``dropout`` on their weights."""
+    rates = {float(m.p) for m in module.modules() if "dropout" in type(m).__name__.lower()}
+    rates |= {m.dropout for m in module.modules() if isinstance(getattr(m, "dropout", 0), float)}
+    return sorted(rates)
+
+
+def test_the_fields_own_dropout_overrides_the_models_inside_the_encoder_only(tmp_path):
+    """``continuous.dropout = 0`` makes the N-ODE field deterministic in training (so the
+    adaptive solve's error control sees no mask noise), leaves the decoder's dropout, and is
+    saved with the model."""
+    solver = dict(solver="rk4", fixed_steps=2)
+    x, mask = torch.randn(3, 6, 16), _sources() == 0
+
+    def run(model: Seq2Seq) -> torch.Tensor:
+        return model.encoder.integrate(x, padding_mask=mask).y
+
+    torch.manual_seed(0)
+    rates = dict(dropout=0.3, attention_dropout=0.2, activation_dropout=0.1)
+    quiet = Seq2Seq(_config(**rates, continuous=ContinuousEncoderConfig(**solver, dropout=0.0)))
+    quiet.train()
+    assert _dropout_rates(quiet.encoder) == [0.0]
+    assert {0.3, 0.2, 0.1} <= set(_dropout_rates(quiet.decoder))
+    torch.testing.assert_close(run(quiet), run(quiet), atol=0, rtol=0)
+    torch.manual_seed(0)
+    noisy = Seq2Seq(_config(**rates, continuous=ContinuousEncoderConfig(**solver))).train()
+    assert {0.3, 0.2, 0.1} <= set(_dropout_rates(noisy.encoder))
+    assert not torch.equal(run(noisy), run(noisy))
+    quiet.save_pretrained(tmp_path / "m")
+    assert Seq2Seq.from_pretrained(tmp_path / "m").config.continuous.dropout == 0.0
+
+
+@pytest.mark.parametrize("rate", [1.0, -0.1, "0.1", True])
+def test_a_field_dropout_outside_zero_one_is_a_config_error(rate):
+    with pytest.raises(ConfigError, match="ContinuousEncoderConfig.dropout"):
+        ContinuousEncoderConfig(dropout=rate)

@@ -31,11 +31,15 @@ def build_encoder(
     """``num_layers`` blocks of ``method`` (``STACK_METHODS`` or ``"continuous"``).
 
     Discrete stacks use ``stack`` and, with ``share_layers``, tie every block to one layer;
-    the continuous encoder uses ``continuous`` (solver and time conditioning) and the widths,
-    dropouts, activation and eps of ``field`` (its field returns its update: ``convention``
-    and ``stage_norm`` apply to discrete stacks).
+    the continuous encoder uses ``continuous`` (solver, time conditioning, and its own dropout
+    where ``continuous.dropout`` is set) and the widths, dropouts, activation and eps of
+    ``field`` (its field returns its update: ``convention`` and ``stage_norm`` apply to
+    discrete stacks).
     """
     if method == CONTINUOUS:
+        if continuous.dropout is not None:
+            rate = continuous.dropout
+            field = replace(field, dropout=rate, attention_dropout=rate, activation_dropout=rate)
         widths = asdict(replace(field, convention="textbook", stage_norm=False))
         return build_continuous_encoder(
             lambda: TimeConditionedEncoderField(
