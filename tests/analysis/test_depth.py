@@ -171,6 +171,46 @@ def test_batched_scores_equal_one_sentence_at_a_time():
     assert not model.training
 
 
+def _continuous_model(**solver) -> Seq2Seq:
+    torch.manual_seed(0)
+    config = Seq2SeqConfig(
+        vocab_size=40,
+        d_model=16,
+        num_heads=2,
+        ffn_dim=32,
+        encoder_method="continuous",
+        continuous=ContinuousEncoderConfig(**solver),
+    )
+    return Seq2Seq(config).eval()
+
+
+def _pairs(*lengths: int) -> ParallelDataset:
+    rng = np.random.default_rng(2)
+    return ParallelDataset(
+        [rng.integers(4, 40, n) for n in lengths], [rng.integers(4, 40, 3) for _ in lengths]
+    )
+
+
+def test_a_batch_shared_solver_solves_each_sentence_alone():
+    model = _continuous_model(backend="torchdiffeq", rtol=1e-5, atol=1e-5)
+    dataset = _pairs(4, 4, 4, 4)
+    nfe, _ = score_sentences(model, dataset)
+    assert nfe is not None
+    alone = []
+    for i in range(4):
+        src = torch.tensor([[*dataset[i][0].tolist(), model.config.eos_id]])
+        with torch.no_grad():
+            alone.append(int(model.encode(src).stats.nfe[0]))
+    assert nfe.tolist() == alone
+
+
+@pytest.mark.parametrize("on_failure", ["raise", "flag"])
+def test_a_failed_solve_names_the_pairs(on_failure):
+    model = _continuous_model(max_steps=1, on_failure=on_failure)
+    with pytest.raises(ValueError, match=r"solve failed on pair\(s\) \[1, 2\] \(0-based\)"):
+        score_sentences(model, _pairs(5, 3, 3))  # the shorter sources come first
+
+
 def test_a_discrete_encoder_has_no_nfe():
     model = Seq2Seq(Seq2SeqConfig(vocab_size=40, d_model=16, num_heads=2, ffn_dim=32)).train()
     dataset = ParallelDataset([np.array([5, 6]), np.array([7])], [np.array([8]), np.array([9])])

@@ -39,7 +39,7 @@ from odet.data import ParallelDataset, TokenizerPair
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
 from odet.io import check_output_dir, claim_output_dir
 from odet.models import CONTINUOUS, Seq2Seq
-from odet.ode import SolverError
+from odet.ode import SolverError, SolveStats
 from odet.training import DataConfig, load_train_config
 from odet.training.prepare import encode_split, fit_to_positions, read_checked_split
 
@@ -173,6 +173,11 @@ def _per_sentence_solves(model: Seq2Seq) -> bool:
     return model.config.encoder_method == CONTINUOUS and options.backend == "torchdiffeq"
 
 
+def _solve_failed(rows: np.ndarray, stats: SolveStats, why: str) -> ValueError:
+    failed = [int(rows[i]) for i in stats.failed]
+    return ValueError(f"the encoder's ODE solve failed on pair(s) {failed} (0-based): {why}")
+
+
 @torch.no_grad()
 def score_sentences(
     model: Seq2Seq, dataset: ParallelDataset, *, batch_tokens: int = DEFAULT_BATCH_TOKENS
@@ -198,10 +203,9 @@ def score_sentences(
                     batch.src.to(device), batch.tgt_in.to(device), with_stats=True
                 )
             except SolverError as err:
-                failed = [int(rows[i]) for i in err.result.stats.failed]
-                raise ValueError(
-                    f"the encoder's ODE solve failed on pair(s) {failed} (0-based): {err}"
-                ) from None
+                raise _solve_failed(rows, err.result.stats, str(err)) from None
+            if stats is not None and not stats.ok:  # on_failure: flag
+                raise _solve_failed(rows, stats, "flagged by the solver")
             loss = sentence_losses(logits, batch.tgt_out.to(device), model.config.pad_id)
             losses[rows] = loss.double().cpu().numpy()
             if stats is None:
