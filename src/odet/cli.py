@@ -677,7 +677,11 @@ def build_parser() -> argparse.ArgumentParser:
         "continuous encoder's NFE against source length and difficulty",
     )
     p.add_argument("runs", nargs="+", help="training run directories (compared in the plots)")
-    p.add_argument("--out", required=True, help="directory for analysis.json and the plots")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="directory for analysis.json and the plots (with --depth-against: the depth files)",
+    )
     p.add_argument(
         "--sentences", type=_at_least(1), help="validation sentences to use (default: 64)"
     )
