@@ -261,9 +261,20 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    if args.depth_against is not None:
+        return _analyze_depth(args)
+    depth_flags = {
+        "--split": args.split,
+        "--limit": args.limit,
+        "--batch-tokens": args.batch_tokens,
+    }
+    for flag, value in depth_flags.items():
+        if value is not None:
+            raise ValueError(f"{flag} is an option of --depth-against, which was not given")
     from odet.analysis import analyze_runs
 
-    report = analyze_runs(args.runs, args.out, sentences=args.sentences)
+    sentences = 64 if args.sentences is None else args.sentences
+    report = analyze_runs(args.runs, args.out, sentences=sentences)
     for name, entry in report.items():
         sizes = ", ".join(f"{v:.2f}" for v in entry["update_sizes"].get("encoder", []))
         print(f"{name}: encoder block update sizes {sizes}")
@@ -281,6 +292,43 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 stack = key.removesuffix("_layers")
                 print(f"{name}: {stack} DLCL output weights (embedding, blocks 1…): {weights}")
     print(f"plots and analysis.json in {args.out}")
+    return 0
+
+
+def _analyze_depth(args: argparse.Namespace) -> int:
+    """``odet analyze RUN --depth-against REFERENCE``: NFE against length and difficulty."""
+    from odet.analysis.depth import DEFAULT_BATCH_TOKENS, analyze_depth
+
+    if len(args.runs) != 1:
+        raise ValueError(
+            f"--depth-against takes one run (the continuous-encoder one), got {len(args.runs)}"
+        )
+    if args.sentences is not None:
+        raise ValueError("--sentences is for the probe report; with --depth-against use --limit")
+    report = analyze_depth(
+        args.runs[0],
+        args.depth_against,
+        args.out,
+        split=args.split or "test",
+        limit=args.limit,
+        batch_tokens=args.batch_tokens or DEFAULT_BATCH_TOKENS,
+    )
+    rho = report.correlations()
+
+    def say(value: float | None) -> str:
+        return "undefined" if value is None else f"{value:+.3f}"
+
+    nfe = report.nfe
+    print(
+        f"{len(report)} {report.split} sentences: NFE mean {nfe.mean():.1f}, std {nfe.std():.1f}, "
+        f"min {nfe.min()}, max {nfe.max()}"
+    )
+    print(
+        f"Spearman: NFE vs source length {say(rho['nfe_vs_source_tokens'])}, "
+        f"vs reference loss {say(rho['nfe_vs_reference_loss'])}, "
+        f"given length {say(rho['nfe_vs_reference_loss_given_length'])}"
+    )
+    print(f"depth.csv, depth.json, nfe_vs_length.png and nfe_vs_difficulty.png in {args.out}")
     return 0
 
 
@@ -623,10 +671,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    p = sub.add_parser("analyze", help="per-block update sizes and learned coefficients")
+    p = sub.add_parser(
+        "analyze",
+        help="per-block update sizes and learned coefficients; with --depth-against, a "
+        "continuous encoder's NFE against source length and difficulty",
+    )
     p.add_argument("runs", nargs="+", help="training run directories (compared in the plots)")
-    p.add_argument("--out", required=True, help="directory for analysis.json and the plots")
-    p.add_argument("--sentences", type=_at_least(1), default=64, help="validation sentences to use")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="directory for analysis.json and the plots (with --depth-against: the depth files)",
+    )
+    p.add_argument(
+        "--sentences", type=_at_least(1), help="validation sentences to use (default: 64)"
+    )
+    p.add_argument(
+        "--depth-against",
+        metavar="REFERENCE",
+        help="instead: NFE per sentence of the one continuous-encoder run against source length "
+        "and against REFERENCE's per-sentence loss (its Euler twin, same data); writes "
+        "depth.csv, depth.json, nfe_vs_length.png and nfe_vs_difficulty.png",
+    )
+    p.add_argument(
+        "--split", choices=["test", "valid"], help="--depth-against: the split (default: test)"
+    )
+    p.add_argument(
+        "--limit", type=_at_least(1), help="--depth-against: the first N pairs (default: all)"
+    )
+    p.add_argument(
+        "--batch-tokens",
+        type=_at_least(1),
+        help="--depth-against: source tokens per batch (default: 4096; 1: one sentence at a time)",
+    )
 
     p = sub.add_parser("prepare", help="task data: GEC pairs, M2 -> text, DialogSum lines, LEAD")
     p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"], help="what to prepare")

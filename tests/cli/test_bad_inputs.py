@@ -311,6 +311,46 @@ def _run_copy(e: Env) -> str:
     return str(target)
 
 
+def _best_checkpoint(run: Path) -> Path:
+    index = json.loads((run / "checkpoints" / "index.json").read_text())
+    return run / "checkpoints" / (index.get("best") or index["last"])
+
+
+def _continuous_run(e: Env) -> str:
+    """A copy of the run whose best checkpoint holds a continuous-encoder model of its widths
+    (random weights, checksums right)."""
+    from dataclasses import replace
+
+    from odet.models import Seq2Seq
+
+    run = e.tmp / "noderun"
+    shutil.copytree(e.run, run)
+    checkpoint = _best_checkpoint(run)
+    config = Seq2Seq.from_pretrained(checkpoint).config
+    Seq2Seq(replace(config, encoder_method="continuous")).save_pretrained(checkpoint)
+    _refresh_checksums(checkpoint)
+    return str(run)
+
+
+def _other_valid_run(e: Env) -> str:
+    """A copy of the run whose best checkpoint's training config validates on the train files."""
+    import yaml
+
+    run = e.tmp / "otherrun"
+    shutil.copytree(e.run, run)
+    checkpoint = _best_checkpoint(run)
+    config = yaml.safe_load((checkpoint / "train_config.yaml").read_text())
+    config["data"]["valid"] = ["train.src", "train.tgt"]
+    (checkpoint / "train_config.yaml").write_text(yaml.safe_dump(config))
+    _refresh_checksums(checkpoint)
+    return str(run)
+
+
+def _depth(e: Env, run: str, reference: str, *more: str) -> list[str]:
+    out = str(e.tmp / "depth")
+    return ["analyze", run, "--depth-against", reference, "--out", out, *more]
+
+
 CASES: list[Case] = [
     *_file_cases(),
     # ------------------------------------------------------------------ train
@@ -1159,6 +1199,92 @@ CASES: list[Case] = [
         lambda e: ["analyze", _truncated_in_run(e, "best"), "--out", str(e.tmp / "an")],
         r"model\.safetensors.*(truncated|corrupt)",
         ("runcopy",),
+    ),
+    Case(
+        "analyze",
+        "--depth-against: the run's encoder is not continuous",
+        lambda e: _depth(e, str(e.run), str(e.run), "--split", "valid"),
+        r"'euler' encoder, whose depth is the same for every sentence",
+    ),
+    Case(
+        "analyze",
+        "--depth-against: missing run",
+        lambda e: _depth(e, str(e.tmp / "none"), str(e.run)),
+        r"none",
+    ),
+    Case(
+        "analyze",
+        "--depth-against: missing reference",
+        lambda e: _depth(e, _continuous_run(e), str(e.tmp / "none"), "--split", "valid"),
+        r"none",
+    ),
+    Case(
+        "analyze",
+        "--depth-against: a language-model reference",
+        lambda e: _depth(e, _continuous_run(e), str(e.lm), "--split", "valid"),
+        r"holds a 'causal_lm' model, not 'seq2seq'",
+    ),
+    Case(
+        "analyze",
+        "--depth-against: the split has no files",
+        lambda e: _depth(e, _continuous_run(e), str(e.run)),
+        r"names no data\.test files; try --split valid",
+    ),
+    Case(
+        "analyze",
+        "--depth-against: the reference reads other files",
+        lambda e: _depth(e, _continuous_run(e), _other_valid_run(e), "--split", "valid"),
+        r"reads data\.valid from .*train\.src.*other sentences",
+    ),
+    Case(
+        "analyze",
+        "--depth-against --split train",
+        lambda e: _depth(e, str(e.run), str(e.run), "--split", "train"),
+        r"--split: invalid choice: 'train'",
+    ),
+    Case(
+        "analyze",
+        "--depth-against --limit 0",
+        lambda e: _depth(e, str(e.run), str(e.run), "--limit", "0"),
+        r"--limit.*>= 1",
+    ),
+    Case(
+        "analyze",
+        "--depth-against --batch-tokens 0",
+        lambda e: _depth(e, str(e.run), str(e.run), "--batch-tokens", "0"),
+        r"--batch-tokens.*>= 1",
+    ),
+    Case(
+        "analyze",
+        "--depth-against with two runs",
+        lambda e: [
+            "analyze",
+            str(e.run),
+            str(e.run),
+            "--depth-against",
+            str(e.run),
+            "--out",
+            str(e.tmp / "depth"),
+        ],
+        r"--depth-against takes one run \(the continuous-encoder one\), got 2",
+    ),
+    Case(
+        "analyze",
+        "--depth-against with --sentences",
+        lambda e: _depth(e, str(e.run), str(e.run), "--sentences", "8"),
+        r"--sentences is for the probe report; with --depth-against use --limit",
+    ),
+    Case(
+        "analyze",
+        "--split without --depth-against",
+        lambda e: ["analyze", str(e.run), "--out", str(e.tmp / "an"), "--split", "valid"],
+        r"--split is an option of --depth-against",
+    ),
+    Case(
+        "analyze",
+        "--depth-against --out of the user's",
+        lambda e: [*_depth(e, str(e.run), str(e.run))[:4], "--out", e.dir("theirs", "depth.json")],
+        r"theirs",
     ),
     # ------------------------------------------------------------------ prepare
     Case(

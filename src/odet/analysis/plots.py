@@ -1,10 +1,14 @@
 """The plots of ``odet analyze``: update sizes per block, coefficients over training and DLCL
-layer weights, each drawn from the report that :func:`odet.analysis.report.analyze_runs` builds."""
+layer weights, each drawn from the report that :func:`odet.analysis.report.analyze_runs` builds;
+and a continuous encoder's NFE per sentence (:mod:`odet.analysis.depth`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def plot_update_sizes(report: dict[str, Any], path: Path) -> None:
@@ -98,6 +102,37 @@ def plot_layer_weights(report: dict[str, Any], path: Path) -> None:
         ax.set_yticks(range(len(rows)), [*(f"in {l + 1}" for l in range(len(rows) - 1)), "out"])
         ax.set_title(f"{title}: W[l, k]", fontsize=9)
         fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_nfe(
+    x: np.ndarray,
+    nfe: np.ndarray,
+    means: Sequence[tuple[float, int, float]],
+    *,
+    xlabel: str,
+    title: str,
+    path: Path,
+) -> None:
+    """NFE per sentence ``(N,)`` against ``x (N,)`` as points, with the mean NFE of each bin
+    (``(mean x, count, mean NFE)``, :func:`odet.analysis.depth.binned_means`) as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    alpha = min(0.8, max(0.15, 10 / len(nfe) ** 0.5))
+    ax.scatter(x, nfe, s=10, alpha=alpha, linewidths=0, label=f"sentences ({len(nfe)})")
+    bin_x = [m[0] for m in means]
+    bin_nfe = [m[2] for m in means]
+    ax.plot(bin_x, bin_nfe, "o-", color="C3", ms=4, label="mean NFE per bin")
+    ax.set(xlabel=xlabel, ylabel="NFE (field evaluations, all blocks)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
