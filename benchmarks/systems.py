@@ -14,6 +14,10 @@ Peers (random init, never downloaded):
   ``odet.nn.quantization``); ``odet-euler-int8-qdyn``: the ablation with PyTorch's
   ``torch.ao.quantization.quantize_dynamic`` on the same layers (one activation scale per
   tensor).
+- ``odet-euler-onednn`` (generation only): ``odet generate --gemm onednn``, fp32 with the
+  attention, FFN and output-projection linears through oneDNN's packed GEMMs
+  (``odet.nn.onednn``); ``odet-dec-rk2-onednn`` / ``odet-dec-rk4-onednn`` the same for RK
+  decoders.
 - ``ct2-marian`` / ``ct2-marian-int8`` (generation only): that HF Marian converted to
   CTranslate2 (``ctranslate2``, the optional ``bench`` extra) with its own Marian loader over a
   synthetic vocabulary, decoded by ``ctranslate2.Translator`` in ``float32`` / ``int8``.
@@ -40,12 +44,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from odet.generation import Gemm
 from odet.inference import INT8_ALSO, inference_model
 from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.nn import sinusoidal_table
 from odet.nn.dropout import Dropout
 from odet.nn.precision import autocast_bf16
-from odet.nn.quantization import int8_layer_names
+from odet.nn.quantization import linear_layer_names
 from odet.training.compile import compile_step
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -474,7 +479,7 @@ def quantize_dynamic_copy(model: Seq2Seq, also: tuple[str, ...] = INT8_ALSO) -> 
     tensor, so outputs depend on the batch and on the cached / uncached path)."""
     from torch.ao.quantization import quantize_dynamic
 
-    names = set(int8_layer_names(model, also))
+    names = set(linear_layer_names(model, also))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*quantize_per_tensor", category=UserWarning)
@@ -488,6 +493,7 @@ def _odet_generate(
     int8: str | None = None,
     compile: bool = False,
     decoder_method: str = "euler",
+    gemm: Gemm = "torch",
 ) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
         torch.manual_seed(0)
@@ -497,6 +503,7 @@ def _odet_generate(
             model = inference_model(model, "int8")
         elif int8 == "qdyn":
             model = quantize_dynamic_copy(model)
+        model = inference_model(model, "fp32", gemm)
         if not preallocate:  # ablation: the concatenating KV cache
             init_state = model.init_state
 
@@ -660,6 +667,9 @@ GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-dec-rk4": _odet_generate("euler", decoder_method="rk4"),
     "odet-dec-rk2-compiled": _odet_generate("euler", decoder_method="rk2", compile=True),
     "odet-dec-rk4-compiled": _odet_generate("euler", decoder_method="rk4", compile=True),
+    "odet-euler-onednn": _odet_generate("euler", gemm="onednn"),
+    "odet-dec-rk2-onednn": _odet_generate("euler", decoder_method="rk2", gemm="onednn"),
+    "odet-dec-rk4-onednn": _odet_generate("euler", decoder_method="rk4", gemm="onednn"),
     "hf-marian": _marian_generate,
     "hf-marian-bf16": lambda size: _marian_generate(size, torch.bfloat16),
     "ct2-marian": _ct2_generate("float32"),

@@ -91,6 +91,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "batch_tokens": args.batch_tokens,
         "precision": args.precision,
         "compile": args.compile,
+        "gemm": args.gemm,
     }
     if args.output is not None:
         from odet.io import check_output_file
@@ -576,6 +577,12 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help=f"run the decoder steps under torch.compile (compiles once per process) {RUN}",
+    )
+    p.add_argument(
+        "--gemm",
+        choices=["torch", "onednn"],
+        help="onednn: fp32 linear layers through oneDNN's packed GEMMs, faster on CPUs than "
+        f"PyTorch's default (benchmarks/RESULTS.md) {RUN}",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from odet.models import Seq2Seq
-from odet.nn.quantization import Int8Linear, int8_copy, int8_layer_names, int8_supported
+from odet.nn.quantization import Int8Linear, int8_copy, int8_supported, linear_layer_names
 from tests.models.test_seq2seq import small_config
 
 
@@ -49,7 +49,7 @@ def test_int8_copy_replaces_attention_feed_forward_and_named_layers_only():
     model = Seq2Seq(small_config(decoder_method="rk2", coefficients="gated")).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     copy = int8_copy(model, ["output_projection"])
-    names = int8_layer_names(model, ["output_projection"])
+    names = linear_layer_names(model, ["output_projection"])
     assert "output_projection" in names
     assert any(n.endswith("qkv_proj") for n in names) and any(n.endswith("fc2") for n in names)
     for name in names:

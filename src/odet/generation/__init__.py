@@ -19,7 +19,13 @@ Example::
     best_tokens = [nbest[0].tokens for nbest in hyps]
 """
 
-from odet.generation.config import DECODE_PRECISIONS, DecodePrecision, GenerationConfig
+from odet.generation.config import (
+    DECODE_PRECISIONS,
+    GEMMS,
+    DecodePrecision,
+    Gemm,
+    GenerationConfig,
+)
 from odet.generation.decoder import IncrementalDecoder
 from odet.generation.loop import Hypothesis, generate
 from odet.generation.strategies import (
@@ -37,9 +43,11 @@ from odet.generation.strategies import (
 
 __all__ = [
     "DECODE_PRECISIONS",
+    "GEMMS",
     "STRATEGIES",
     "BeamSearch",
     "DecodePrecision",
+    "Gemm",
     "GenerationConfig",
     "Greedy",
     "Hypothesis",

@@ -9,11 +9,16 @@ from typing import Any, Literal, get_args
 from odet.config import check, check_types
 from odet.generation.strategies import SearchStrategy, StrategyName, make_strategy
 
-__all__ = ["DECODE_PRECISIONS", "DecodePrecision", "GenerationConfig"]
+__all__ = ["DECODE_PRECISIONS", "GEMMS", "DecodePrecision", "Gemm", "GenerationConfig"]
 
 DecodePrecision = Literal["fp32", "bf16", "int8"]
 """Training precisions plus ``"int8"`` (decoding only: :mod:`odet.nn.quantization`)."""
 DECODE_PRECISIONS: tuple[DecodePrecision, ...] = get_args(DecodePrecision)
+
+Gemm = Literal["torch", "onednn"]
+"""Who multiplies the fp32 linear layers of a decode: PyTorch's default (MKL on x86 CPUs) or
+oneDNN with packed weights (:mod:`odet.nn.onednn`)."""
+GEMMS: tuple[Gemm, ...] = get_args(Gemm)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class GenerationConfig:
     """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training)."""
     compile: bool = False
     """Run the cached decoder steps under ``torch.compile`` (compiled once per process)."""
+    gemm: Gemm = "torch"
+    """``"onednn"``: decode fp32 with a copy whose attention, feed-forward and output-projection
+    linears run oneDNN's packed GEMMs (CPU; the same fp32 arithmetic summed in another order)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -72,6 +80,15 @@ class GenerationConfig:
         check(self.temperature > 0, "generation.temperature must be > 0")
         check(0 < self.top_p <= 1, "generation.top_p must lie in (0, 1]")
         check(self.top_k >= 0, "generation.top_k must be >= 0")
+        check(
+            self.gemm == "torch" or self.precision == "fp32",
+            f"generation.gemm onednn multiplies in fp32; it cannot be combined with "
+            f"generation.precision {self.precision} (use one or the other)",
+        )
+        check(
+            self.gemm == "torch" or not self.compile,
+            "generation.gemm onednn is not supported with generation.compile; set one of them",
+        )
 
     def make_strategy(self) -> SearchStrategy:
         """The configured strategy, built by :func:`~odet.generation.make_strategy`."""

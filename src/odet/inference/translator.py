@@ -19,9 +19,10 @@ from tqdm import tqdm
 
 from odet.config import from_dict
 from odet.data import TokenizerPair, pad_tokens
-from odet.generation import DecodePrecision, GenerationConfig
+from odet.generation import DecodePrecision, Gemm, GenerationConfig
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
 from odet.models import Seq2Seq
+from odet.nn.onednn import onednn_copy
 from odet.nn.quantization import int8_copy
 
 __all__ = [
@@ -140,21 +141,24 @@ class Translator:
         return outputs
 
     def _inference_model(self) -> Seq2Seq:
-        return inference_model(self.model, self.config.precision)
+        return inference_model(self.model, self.config.precision, self.config.gemm)
 
 
 INT8_ALSO: tuple[str, ...] = ("output_projection",)
-"""Layers quantised by ``precision="int8"`` beside attention and feed-forward (see
-``results/multi30k/int8`` for the choice)."""
+"""Layers quantised by ``precision="int8"`` (and run by oneDNN under ``gemm="onednn"``) beside
+attention and feed-forward (see ``results/multi30k/int8`` for the choice)."""
 
 
-def inference_model(model: Seq2Seq, precision: DecodePrecision) -> Seq2Seq:
-    """``model`` at a decoding precision: itself (fp32), or a bf16 or int8 copy that leaves
-    ``model`` untouched, since the trainer validates with the model it is training."""
+def inference_model(model: Seq2Seq, precision: DecodePrecision, gemm: Gemm = "torch") -> Seq2Seq:
+    """``model`` at a decoding precision: itself (fp32), or a bf16, int8 or oneDNN-GEMM copy
+    that leaves ``model`` untouched, since the trainer validates with the model it is
+    training."""
     if precision == "bf16" and _dtype(model) != torch.bfloat16:
         return copy.deepcopy(model).to(torch.bfloat16)
     if precision == "int8":
         return int8_copy(model, INT8_ALSO)
+    if gemm == "onednn":
+        return onednn_copy(model, INT8_ALSO)
     return model
 
 

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from odet.nn.attention import CrossAttention, SelfAttention
 from odet.nn.feedforward import FeedForward
 
-__all__ = ["Int8Linear", "int8_copy", "int8_layer_names", "int8_supported"]
+__all__ = ["Int8Linear", "int8_copy", "int8_supported", "linear_layer_names"]
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -79,9 +79,10 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-def int8_layer_names(model: nn.Module, also: Collection[str] = ()) -> list[str]:
-    """The ``nn.Linear`` layers :func:`int8_copy` replaces: those of every attention and
-    feed-forward module, and the modules named in ``also`` (each must be an ``nn.Linear``)."""
+def linear_layer_names(model: nn.Module, also: Collection[str] = ()) -> list[str]:
+    """The ``nn.Linear`` layers an inference copy replaces (:func:`int8_copy`,
+    :func:`odet.nn.onednn.onednn_copy`): those of every attention and feed-forward module, and
+    the modules named in ``also`` (each must be an ``nn.Linear``)."""
     modules = dict(model.named_modules())
     names = [
         f"{parent}.{child}" if parent else child
@@ -92,7 +93,7 @@ def int8_layer_names(model: nn.Module, also: Collection[str] = ()) -> list[str]:
     ]
     for name in also:
         if not isinstance(modules.get(name), nn.Linear):
-            raise ValueError(f"int8: {name!r} is not an nn.Linear of the model")
+            raise ValueError(f"{name!r} is not an nn.Linear of the model")
         if name not in names:
             names.append(name)
     return names
@@ -106,7 +107,7 @@ def int8_supported(device: torch.device) -> str | None:
 
 
 def int8_copy(model: M, also: Collection[str] = ()) -> M:
-    """An eval-mode copy of ``model`` with :func:`int8_layer_names` as :class:`Int8Linear`;
+    """An eval-mode copy of ``model`` with :func:`linear_layer_names` as :class:`Int8Linear`;
     ``model`` itself is left untouched (tied weights stay fp32 where they are not replaced).
     Raises ``ValueError`` off CPU and for models that are not fp32 (or fp64)."""
     first = next(model.parameters())
@@ -115,7 +116,7 @@ def int8_copy(model: M, also: Collection[str] = ()) -> M:
         raise ValueError(reason)
     if first.dtype not in (torch.float32, torch.float64):
         raise ValueError(f"int8: the model must be fp32 (or fp64), got {first.dtype}")
-    names = int8_layer_names(model, also)
+    names = linear_layer_names(model, also)
     quantized = copy.deepcopy(model).eval().requires_grad_(False)
     for name in names:
         parent_name, _, child = name.rpartition(".")

@@ -1,0 +1,88 @@
+"""``generation.gemm: onednn``: fp32 decoding through oneDNN's GEMMs stays exact where fp32 is
+(cached == uncached, batch independence), matches default fp32 logits to rounding, and is
+refused where it does not apply."""
+
+import pytest
+import torch
+
+from odet.config import ConfigError
+from odet.generation import GenerationConfig
+from odet.inference import INT8_ALSO, Translator, inference_model
+from odet.models import Seq2Seq
+from odet.nn.onednn import OneDNNLinear, onednn_copy, onednn_supported
+from tests.generation.test_int8 import DECODERS
+from tests.models.test_seq2seq import cached_and_full_logits, lively, small_config, sources
+
+pytestmark = pytest.mark.skipif(
+    onednn_supported(torch.device("cpu")) is not None, reason="no oneDNN in this PyTorch build"
+)
+
+
+def _model(decoder: str, coefficients: str, seed: int = 1) -> Seq2Seq:
+    torch.manual_seed(seed)
+    cfg = small_config(
+        encoder_method="rk2" if decoder in ("euler", "rk2", "rk4") else decoder,
+        decoder_method=decoder,
+        coefficients=coefficients,
+        encoder_layers=3,
+        decoder_layers=3,
+        share_decoder_embeddings=False,
+    )
+    return lively(Seq2Seq(cfg))
+
+
+@pytest.mark.parametrize(("decoder", "coefficients"), DECODERS)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_onednn_generate_with_cache_returns_the_tokens_of_generate_without_cache(
+    decoder, coefficients, beam_size
+):
+    model = onednn_copy(_model(decoder, coefficients), INT8_ALSO)
+    assert isinstance(model.output_projection, OneDNNLinear)
+    src = sources(batch=5, seed=1)
+    cached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=True)
+    uncached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=False)
+    assert cached == uncached
+    assert len({tuple(h) for h in cached}) > 1 and any(len(set(h)) > 1 for h in cached)
+
+
+@pytest.mark.parametrize(("decoder", "coefficients"), DECODERS)
+def test_onednn_logits_equal_default_fp32_logits_to_rounding(decoder, coefficients):
+    model = _model(decoder, coefficients)
+    fast = onednn_copy(model, INT8_ALSO)
+    torch.manual_seed(0)
+    steps, full, _ = cached_and_full_logits(fast, sources())
+    torch.manual_seed(0)  # the same random target
+    _, exact, _ = cached_and_full_logits(model, sources())
+    torch.testing.assert_close(steps, full, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(full, exact, atol=1e-4, rtol=1e-5)
+
+
+def test_a_onednn_translation_does_not_depend_on_the_other_sentences_of_its_batch():
+    model = onednn_copy(_model("rk2", "gated"), INT8_ALSO)
+    src = sources(batch=5, seed=2)
+    together = model.generate(src, beam_size=3, max_len=8)
+    alone = [model.generate(src[i : i + 1], beam_size=3, max_len=8)[0] for i in range(5)]
+    assert together == alone
+
+
+def test_the_translator_decodes_with_a_onednn_copy_and_leaves_the_model_as_it_is():
+    model = Seq2Seq(small_config()).eval()
+    translator = Translator(model, tokenizers=None, config=GenerationConfig(gemm="onednn"))
+    decoding = translator._inference_model()
+    assert decoding is not model and isinstance(decoding.output_projection, OneDNNLinear)
+    assert isinstance(model.output_projection, torch.nn.Linear)
+    assert inference_model(model, "fp32") is model
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"precision": "bf16"}, "cannot be combined with generation.precision bf16"),
+        ({"precision": "int8"}, "cannot be combined with generation.precision int8"),
+        ({"compile": True}, "not supported with generation.compile"),
+        ({"gemm": "mkl"}, "gemm"),
+    ],
+)
+def test_onednn_combinations_it_does_not_support_are_config_errors(options, message):
+    with pytest.raises(ConfigError, match=message):
+        GenerationConfig(**{"gemm": "onednn", **options})
