@@ -41,9 +41,11 @@ VARIANTS: dict[str, Callable[[Seq2Seq], Seq2Seq]] = {
     "int8-no-output": lambda m: int8_copy(m),
     "int8-qdyn": lambda m: quantize_dynamic_copy(m),
     "int8-qdyn-no-output": lambda m: quantize_dynamic_copy(m, ()),
+    "fp32-onednn": lambda m: inference_model(m, "fp32", "onednn"),
 }
-"""``int8`` is ``--precision int8``; the others are its ablations (output projection in fp32;
-PyTorch's ``quantize_dynamic``, one activation scale per tensor)."""
+"""``int8`` is ``--precision int8``; the int8 ones after it are its ablations (output projection
+in fp32; PyTorch's ``quantize_dynamic``, one activation scale per tensor); ``fp32-onednn`` is
+``--gemm onednn``."""
 
 
 def bleu(hyps: list[str], refs: list[str]) -> float:
