@@ -611,7 +611,7 @@ CASES: list[Case] = [
             ("--beam", "two", [], r"--beam.*invalid int.*two"),
             ("--strategy", "nucleus", [], r"--strategy.*nucleus.*beam"),
             ("--lenpen", "nan", [], r"(len.?pen|length_penalty).*finite"),
-            ("--gemm", "onednn", ["--precision", "int8"], r"gemm onednn.*precision int8"),
+            ("--precision", "int8", ["--gemm", "onednn"], r"gemm onednn.*precision int8"),
             ("--gemm", "onednn", ["--compile"], r"gemm onednn.*compile"),
             ("--gemm", "mkl", [], r"--gemm.*mkl.*onednn"),
         ]

@@ -91,7 +91,7 @@ def _dropout_rates(module: torch.nn.Module) -> list[float]:
 
 
 def test_the_fields_own_dropout_overrides_the_models_inside_the_encoder_only(tmp_path):
-    """``continuous.dropout = 0`` makes the N-ODE field deterministic in training (so the
+    """``continuous.field_dropout = 0`` makes the N-ODE field deterministic in training (so the
     adaptive solve's error control sees no mask noise), leaves the decoder's dropout, and is
     saved with the model."""
     solver = dict(solver="rk4", fixed_steps=2)
@@ -102,7 +102,9 @@ def test_the_fields_own_dropout_overrides_the_models_inside_the_encoder_only(tmp
 
     torch.manual_seed(0)
     rates = dict(dropout=0.3, attention_dropout=0.2, activation_dropout=0.1)
-    quiet = Seq2Seq(_config(**rates, continuous=ContinuousEncoderConfig(**solver, dropout=0.0)))
+    quiet = Seq2Seq(
+        _config(**rates, continuous=ContinuousEncoderConfig(**solver, field_dropout=0.0))
+    )
     quiet.train()
     assert _dropout_rates(quiet.encoder) == [0.0]
     assert {0.3, 0.2, 0.1} <= set(_dropout_rates(quiet.decoder))
@@ -112,10 +114,10 @@ def test_the_fields_own_dropout_overrides_the_models_inside_the_encoder_only(tmp
     assert {0.3, 0.2, 0.1} <= set(_dropout_rates(noisy.encoder))
     assert not torch.equal(run(noisy), run(noisy))
     quiet.save_pretrained(tmp_path / "m")
-    assert Seq2Seq.from_pretrained(tmp_path / "m").config.continuous.dropout == 0.0
+    assert Seq2Seq.from_pretrained(tmp_path / "m").config.continuous.field_dropout == 0.0
 
 
 @pytest.mark.parametrize("rate", [1.0, -0.1, "0.1", True])
 def test_a_field_dropout_outside_zero_one_is_a_config_error(rate):
-    with pytest.raises(ConfigError, match="ContinuousEncoderConfig.dropout"):
-        ContinuousEncoderConfig(dropout=rate)
+    with pytest.raises(ConfigError, match="ContinuousEncoderConfig.field_dropout"):
+        ContinuousEncoderConfig(field_dropout=rate)

@@ -57,8 +57,7 @@ class GenerationConfig:
     compile: bool = False
     """Run the cached decoder steps under ``torch.compile`` (compiled once per process)."""
     gemm: Gemm = "torch"
-    """``"onednn"``: decode fp32 with a copy whose attention, feed-forward and output-projection
-    linears run oneDNN's packed GEMMs (CPU; the same fp32 arithmetic summed in another order)."""
+    """Who multiplies the fp32 linears: PyTorch, or ``"onednn"`` (:mod:`odet.nn.onednn`)."""
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -53,7 +53,7 @@ class ContinuousEncoderConfig(SolverOptions):
     """Spectrally normalise the field's linear layers (each weight divided by its largest
     singular value, one power iteration per training solve): bounds the growth of ``F`` with
     ``‖y‖`` and so of ``y(t1)``; ``False`` is the N-ODE Transformer's field."""
-    dropout: float | None = None
+    field_dropout: float | None = None
     """Every dropout inside the field (sublayer outputs, attention weights, after the
     activation) set to this rate; ``None``: the model's ``dropout``, ``attention_dropout`` and
     ``activation_dropout``. Fresh masks at each evaluation make ``F`` noisy for an adaptive
@@ -62,10 +62,10 @@ class ContinuousEncoderConfig(SolverOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(
-            self.dropout is None
-            or (isinstance(self.dropout, int | float) and 0.0 <= self.dropout < 1.0),
-            f"ContinuousEncoderConfig.dropout must be null or a number in [0, 1), got "
-            f"{self.dropout!r}",
+            self.field_dropout is None
+            or (isinstance(self.field_dropout, int | float) and 0.0 <= self.field_dropout < 1.0),
+            f"ContinuousEncoderConfig.field_dropout must be null or a number in [0, 1), got "
+            f"{self.field_dropout!r}",
         )
         check(
             math.isfinite(self.max_frequency) and self.max_frequency >= 1.0,

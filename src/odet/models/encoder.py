@@ -32,13 +32,13 @@ def build_encoder(
 
     Discrete stacks use ``stack`` and, with ``share_layers``, tie every block to one layer;
     the continuous encoder uses ``continuous`` (solver, time conditioning, and its own dropout
-    where ``continuous.dropout`` is set) and the widths, dropouts, activation and eps of
+    where ``continuous.field_dropout`` is set) and the widths, dropouts, activation and eps of
     ``field`` (its field returns its update: ``convention`` and ``stage_norm`` apply to
     discrete stacks).
     """
     if method == CONTINUOUS:
-        if continuous.dropout is not None:
-            rate = continuous.dropout
+        if continuous.field_dropout is not None:
+            rate = continuous.field_dropout
             field = replace(field, dropout=rate, attention_dropout=rate, activation_dropout=rate)
         widths = asdict(replace(field, convention="textbook", stage_norm=False))
         return build_continuous_encoder(
