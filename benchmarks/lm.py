@@ -116,29 +116,55 @@ def hf_gpt2(size: LMSize) -> nn.Module:
 
 
 Logits = Callable[[Tensor], Tensor]
+Scope = Callable[[str], AbstractContextManager[Any]]
+"""A context around one named phase of a training step (a profiler scope, or nothing)."""
 
 
-def _logits(name: str, model: nn.Module) -> Logits:
+def _no_scope(_phase: str) -> AbstractContextManager[Any]:
+    return nullcontext()
+
+
+def logits_of(name: str, model: nn.Module) -> Logits:
+    """``tokens (B, T) -> logits (B, T, V)`` of the system ``name`` (HF: without its cache)."""
     if name == "hf-gpt2":
         return lambda x: model(input_ids=x, use_cache=False).logits
     return model
 
 
+def train_batch(size: LMSize, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """The fixed training batch ``(x, y)``: random windows, ``y`` is ``x`` shifted by one."""
+    windows = torch.randint(
+        0, size.vocab_size, (size.train_batch, size.train_len + 1), generator=gen
+    )
+    return windows[:, :-1], windows[:, 1:]
+
+
 def train_task(
-    model: nn.Module, logits: Logits, batch: tuple[Tensor, Tensor], bf16: bool
+    model: nn.Module,
+    logits: Logits,
+    batch: tuple[Tensor, Tensor],
+    bf16: bool,
+    scope: Scope = _no_scope,
 ) -> Callable[[], float]:
-    """One forward + backward + AdamW step on ``batch = (x, y)``; returns the loss."""
+    """One forward + backward + AdamW step on ``batch = (x, y)``; returns the loss.
+
+    ``scope(phase)`` wraps each phase: ``zero_grad``, ``forward``, ``loss``, ``backward``,
+    ``optimizer`` (``benchmarks.profile_lm_train`` names them for the profiler)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     context: Callable[[], AbstractContextManager[Any]] = autocast_bf16 if bf16 else nullcontext
     x, y = batch
 
     def step() -> float:
-        optimizer.zero_grad(set_to_none=True)
-        with context():
+        with scope("zero_grad"):
+            optimizer.zero_grad(set_to_none=True)
+        with scope("forward"), context():
             out = logits(x)
-        loss = F.cross_entropy(out.float().flatten(0, 1), y.flatten())
-        loss.backward()
-        optimizer.step()
+        with scope("loss"):
+            loss = F.cross_entropy(out.float().flatten(0, 1), y.flatten())
+        with scope("backward"):
+            loss.backward()
+        with scope("optimizer"):
+            optimizer.step()
         return float(loss.detach())
 
     return step
@@ -207,14 +233,11 @@ def run_lm(
     if len(set(counts.values())) != 1:
         raise RuntimeError(f"{size.name}: parameter counts differ: {counts}")
     gen = torch.Generator().manual_seed(0)
-    windows = torch.randint(
-        0, size.vocab_size, (size.train_batch, size.train_len + 1), generator=gen
-    )
-    batch = (windows[:, :-1], windows[:, 1:])
+    batch = train_batch(size, gen)
     bf16 = precision == "bf16"
     tasks: dict[str, Callable[[], object]] = {}
     for name, model in models.items():
-        tasks[f"train:{name}"] = train_task(model.train(), _logits(name, model), batch, bf16)
+        tasks[f"train:{name}"] = train_task(model.train(), logits_of(name, model), batch, bf16)
     samplers = {name: odet_lm(size) if name == "odet-euler" else hf_gpt2(size) for name in models}
     prompts = {
         b: torch.randint(0, size.vocab_size, (b, size.prompt_len), generator=gen)
