@@ -25,7 +25,8 @@ DECODERS = [
 layer history, predictor–corrector."""
 
 
-def _int8_model(decoder: str, coefficients: str, dtype: torch.dtype, seed: int = 1) -> Seq2Seq:
+def decoder_model(decoder: str, coefficients: str, seed: int = 1) -> Seq2Seq:
+    """A lively 3+3-layer model with ``decoder`` (and an encoder of its family), eval mode."""
     torch.manual_seed(seed)
     cfg = small_config(
         encoder_method="rk2" if decoder in ("euler", "rk2", "rk4") else decoder,
@@ -35,7 +36,11 @@ def _int8_model(decoder: str, coefficients: str, dtype: torch.dtype, seed: int =
         decoder_layers=3,
         share_decoder_embeddings=False,
     )
-    return int8_copy(lively(Seq2Seq(cfg)).to(dtype), INT8_ALSO)
+    return lively(Seq2Seq(cfg))
+
+
+def _int8_model(decoder: str, coefficients: str, dtype: torch.dtype, seed: int = 1) -> Seq2Seq:
+    return int8_copy(decoder_model(decoder, coefficients, seed).to(dtype), INT8_ALSO)
 
 
 @pytest.mark.parametrize(("decoder", "coefficients"), DECODERS)

@@ -10,25 +10,12 @@ from odet.generation import GenerationConfig
 from odet.inference import INT8_ALSO, Translator, inference_model
 from odet.models import Seq2Seq
 from odet.nn.onednn import OneDNNLinear, onednn_copy, onednn_supported
-from tests.generation.test_int8 import DECODERS
-from tests.models.test_seq2seq import cached_and_full_logits, lively, small_config, sources
+from tests.generation.test_int8 import DECODERS, decoder_model
+from tests.models.test_seq2seq import cached_and_full_logits, small_config, sources
 
 pytestmark = pytest.mark.skipif(
     onednn_supported(torch.device("cpu")) is not None, reason="no oneDNN in this PyTorch build"
 )
-
-
-def _model(decoder: str, coefficients: str, seed: int = 1) -> Seq2Seq:
-    torch.manual_seed(seed)
-    cfg = small_config(
-        encoder_method="rk2" if decoder in ("euler", "rk2", "rk4") else decoder,
-        decoder_method=decoder,
-        coefficients=coefficients,
-        encoder_layers=3,
-        decoder_layers=3,
-        share_decoder_embeddings=False,
-    )
-    return lively(Seq2Seq(cfg))
 
 
 @pytest.mark.parametrize(("decoder", "coefficients"), DECODERS)
@@ -36,7 +23,7 @@ def _model(decoder: str, coefficients: str, seed: int = 1) -> Seq2Seq:
 def test_onednn_generate_with_cache_returns_the_tokens_of_generate_without_cache(
     decoder, coefficients, beam_size
 ):
-    model = onednn_copy(_model(decoder, coefficients), INT8_ALSO)
+    model = onednn_copy(decoder_model(decoder, coefficients), INT8_ALSO)
     assert isinstance(model.output_projection, OneDNNLinear)
     src = sources(batch=5, seed=1)
     cached = model.generate(src, beam_size=beam_size, max_len=8, use_cache=True)
@@ -47,7 +34,7 @@ def test_onednn_generate_with_cache_returns_the_tokens_of_generate_without_cache
 
 @pytest.mark.parametrize(("decoder", "coefficients"), DECODERS)
 def test_onednn_logits_equal_default_fp32_logits_to_rounding(decoder, coefficients):
-    model = _model(decoder, coefficients)
+    model = decoder_model(decoder, coefficients)
     fast = onednn_copy(model, INT8_ALSO)
     torch.manual_seed(0)
     steps, full, _ = cached_and_full_logits(fast, sources())
@@ -58,7 +45,7 @@ def test_onednn_logits_equal_default_fp32_logits_to_rounding(decoder, coefficien
 
 
 def test_a_onednn_translation_does_not_depend_on_the_other_sentences_of_its_batch():
-    model = onednn_copy(_model("rk2", "gated"), INT8_ALSO)
+    model = onednn_copy(decoder_model("rk2", "gated"), INT8_ALSO)
     src = sources(batch=5, seed=2)
     together = model.generate(src, beam_size=3, max_len=8)
     alone = [model.generate(src[i : i + 1], beam_size=3, max_len=8)[0] for i in range(5)]

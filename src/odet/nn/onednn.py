@@ -17,14 +17,13 @@ ops it uses are internal to PyTorch; :func:`onednn_supported` says where they ar
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Collection
 from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from odet.nn.quantization import linear_layer_names
+from odet.nn.quantization import copy_with_linears, linear_layer_names
 
 __all__ = ["OneDNNLinear", "onednn_copy", "onednn_supported"]
 
@@ -89,10 +88,4 @@ def onednn_copy(model: M, also: Collection[str] = ()) -> M:
         raise ValueError(reason)
     if first.dtype != torch.float32:
         raise ValueError(f"generation.gemm onednn: the model must be fp32, got {first.dtype}")
-    names = linear_layer_names(model, also)
-    fast = copy.deepcopy(model).eval().requires_grad_(False)
-    for name in names:
-        parent_name, _, child = name.rpartition(".")
-        parent = fast.get_submodule(parent_name)
-        setattr(parent, child, OneDNNLinear.from_linear(getattr(parent, child)))
-    return fast
+    return copy_with_linears(model, linear_layer_names(model, also), OneDNNLinear.from_linear)

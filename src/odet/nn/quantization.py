@@ -20,7 +20,7 @@ The copy is for inference only: it has no gradients and is never saved.
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TypeVar
 
 import torch
@@ -29,7 +29,13 @@ from torch import Tensor, nn
 from odet.nn.attention import CrossAttention, SelfAttention
 from odet.nn.feedforward import FeedForward
 
-__all__ = ["Int8Linear", "int8_copy", "int8_supported", "linear_layer_names"]
+__all__ = [
+    "Int8Linear",
+    "copy_with_linears",
+    "int8_copy",
+    "int8_supported",
+    "linear_layer_names",
+]
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -116,10 +122,17 @@ def int8_copy(model: M, also: Collection[str] = ()) -> M:
         raise ValueError(reason)
     if first.dtype not in (torch.float32, torch.float64):
         raise ValueError(f"int8: the model must be fp32 (or fp64), got {first.dtype}")
-    names = linear_layer_names(model, also)
-    quantized = copy.deepcopy(model).eval().requires_grad_(False)
+    return copy_with_linears(model, linear_layer_names(model, also), Int8Linear.from_linear)
+
+
+def copy_with_linears(
+    model: M, names: Collection[str], make: Callable[[nn.Linear], nn.Module]
+) -> M:
+    """An eval-mode, gradient-free copy of ``model`` with each ``nn.Linear`` in ``names``
+    replaced by ``make(linear)``; ``model`` itself is left untouched."""
+    replaced = copy.deepcopy(model).eval().requires_grad_(False)
     for name in names:
         parent_name, _, child = name.rpartition(".")
-        parent = quantized.get_submodule(parent_name)
-        setattr(parent, child, Int8Linear.from_linear(getattr(parent, child)))
-    return quantized
+        parent = replaced.get_submodule(parent_name)
+        setattr(parent, child, make(getattr(parent, child)))
+    return replaced
