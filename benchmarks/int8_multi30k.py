@@ -23,10 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import yaml
 
 from benchmarks.systems import quantize_dynamic_copy
-from odet.config import from_dict
+from odet.config import from_dict, load_yaml
 from odet.evaluation import tokenize_13a_lower, tokenized_bleu
 from odet.evaluation.files import read_all_lines
 from odet.generation import GenerationConfig
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    data = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
+    data = load_yaml(args.config)
     config = from_dict(GenerationConfig, data["generation"], where="generation")
     config = replace(config, precision="fp32")  # the variants are built here
     model, tokenizers = load_model_and_tokenizers(args.model)

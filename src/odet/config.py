@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -148,7 +149,35 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+_FLOAT = re.compile(
+    r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class YAMLLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads ``1e-3`` as a float, as YAML 1.2 and Python do (YAML 1.1,
+    PyYAML's default, wants ``1.0e-3`` and makes ``1e-3`` a string), so a learning rate written
+    the usual way is a number in configs and ``--set`` overrides alike."""
+
+
+YAMLLoader.yaml_implicit_resolvers = {
+    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+YAMLLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` parsed as YAML by :class:`YAMLLoader` (``1e-3`` is a float)."""
+    return yaml.load(text, Loader=YAMLLoader)
+
+
+class _UniqueKeyLoader(YAMLLoader):
     """``yaml.SafeLoader`` that rejects a key given twice in one mapping (YAML's default keeps
     the last value silently); keys merged in with ``<<: *anchor`` may still be overridden."""
 

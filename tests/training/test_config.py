@@ -78,6 +78,7 @@ def test_overrides_parse_values_as_yaml(tmp_path):
     assert parse_override("model.d_model=256") == (["model", "d_model"], 256)
     assert parse_override("optim.betas=[0.9, 0.997]") == (["optim", "betas"], [0.9, 0.997])
     assert parse_override("model.encoder_method=rk2") == (["model", "encoder_method"], "rk2")
+    assert parse_override("optim.lr=5e-4") == (["optim", "lr"], 5e-4)
     data = apply_overrides({"model": {"d_model": 64}}, ["model.d_model=128", "seed=7"])
     assert data == {"model": {"d_model": 128}, "seed": 7}
     with pytest.raises(ConfigError, match="expects key=value"):

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import yaml
 from tqdm import tqdm
 
-from odet.config import from_dict
+from odet.config import from_dict, parse_yaml
 from odet.data import TokenizerPair, pad_tokens
 from odet.generation import DecodePrecision, Gemm, GenerationConfig
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
@@ -181,5 +180,5 @@ def generation_defaults(path: str | Path, which: str = "best") -> GenerationConf
     config_file = resolve_model_dir(path, which) / CONFIG_NAME
     if not config_file.is_file():
         return GenerationConfig()
-    data = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+    data = parse_yaml(config_file.read_text(encoding="utf-8")) or {}
     return from_dict(GenerationConfig, data.get("generation") or {}, where="generation")

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from odet.config import parse_yaml
 from odet.data import TokenizerPair
 from odet.inference.checkpoint import usable_index
 from odet.models import CheckpointError, Seq2Seq
@@ -59,7 +60,7 @@ def _refuse_a_gap(root: Path, index: dict[str, Any], names: list[str]) -> None:
     are not the last ``len(names)`` the run saved."""
     best, newest = index.get("best"), root / names[-1] / CONFIG_NAME
     try:
-        config: Any = yaml.safe_load(newest.read_text(encoding="utf-8"))
+        config: Any = parse_yaml(newest.read_text(encoding="utf-8"))
         keep_last = int(config["train"]["keep_last"])
     except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):
         return

@@ -23,7 +23,15 @@ from typing import Any, Literal
 
 import yaml
 
-from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
+from odet.config import (
+    ConfigError,
+    check,
+    check_types,
+    from_dict,
+    load_yaml,
+    parse_yaml,
+    to_dict,
+)
 from odet.generation import GenerationConfig
 from odet.models import Seq2SeqConfig
 from odet.nn import TrainPrecision
@@ -307,7 +315,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise ConfigError(f"--set has an empty key segment in {key!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = parse_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -315,7 +323,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """A copy of ``data`` with ``--set key.sub=value`` overrides applied."""
-    result: dict[str, Any] = yaml.safe_load(yaml.safe_dump(data))
+    result: dict[str, Any] = parse_yaml(yaml.safe_dump(data))
     for text in overrides:
         parts, value = parse_override(text)
         node = result

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from odet import __version__
+from odet.config import parse_yaml
 from odet.data import DataError
 from odet.io import write_bytes_atomic
 from odet.training.lm_config import AnyTrainConfig, LMTrainConfig, config_from_dict
@@ -91,7 +92,7 @@ def _resolved(data: dict[str, Any]) -> dict[str, Any]:
         text = config_from_dict(data).to_yaml()
     except (ValueError, TypeError):
         text = yaml.safe_dump(data)
-    return _flatten(yaml.safe_load(text))
+    return _flatten(parse_yaml(text))
 
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -111,7 +112,7 @@ def _saved_config(out: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+        saved = parse_yaml(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError):
         raise DataError(f"{path} is corrupt; restore it or use a new output_dir") from None
     if not isinstance(saved, dict):
