@@ -17,6 +17,7 @@ SRC = Path(__file__).parents[1] / "src" / "odet"
 RANKS: dict[str, int] = {
     "config": 0,
     "io": 0,
+    "runtime": 0,
     "ode": 1,
     "data": 1,
     "nn": 2,

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from odet.runtime import keep_freed_memory
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_TRAINING_FAILED = 1
@@ -782,6 +784,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.command == "train" else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if keep_freed_memory():
+        logging.getLogger("odet.runtime").info(
+            "allocator: freed large blocks kept for reuse (ODET_MALLOC=system turns this off)"
+        )
     if args.debug:
         return COMMANDS[args.command](args)
     from odet.training import TrainingInterruptedError
