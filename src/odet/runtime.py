@@ -2,9 +2,9 @@
 
 glibc serves every allocation above its mmap threshold (32 MiB at most) with a fresh ``mmap``
 and gives it back with ``munmap`` on ``free``. A training step whose logits, their casts and
-their gradients are tens of MiB each then page-faults through all of them again at every step;
-in bf16, where each exists twice, that is a sixth of the step on the machines measured
-(``benchmarks/RESULTS.md``). :func:`keep_freed_memory` turns this off for the process: large
+their gradients are tens of MiB each then page-faults through all of them again at every step,
+most in bf16, where each exists twice (``benchmarks/RESULTS.md``, "The allocator").
+:func:`keep_freed_memory` turns this off for the process: large
 blocks come from the heap and stay there after ``free``, ready for the next step. The price is
 that the process keeps its peak heap until it exits, which a training or decoding run does
 anyway. jemalloc or tcmalloc through ``LD_PRELOAD`` do the same job from outside the process.
