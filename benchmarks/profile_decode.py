@@ -36,12 +36,15 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.systems import SIZES, BenchSize, gen_sources, odet_model
 from odet.generation import loop as generation_loop
 from odet.generation import strategies
+from odet.inference import inference_model
 from odet.models import Seq2Seq
 from odet.models.seq2seq import Seq2SeqDecoder
 from odet.nn.attention import CrossAttention, SelfAttention
 from odet.nn.feedforward import FeedForward
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp32-onednn": torch.float32, "int8": None}
+"""What each ``--dtypes`` name decodes with: a model dtype, or (``int8``, ``fp32-onednn``) the
+inference copy of ``odet generate --precision int8`` / ``--gemm onednn``."""
 PREFIX = "odet:"
 MATMUL_OPS = frozenset(
     {
@@ -54,6 +57,8 @@ MATMUL_OPS = frozenset(
         "aten::_scaled_dot_product_flash_attention_for_cpu",
         "aten::scaled_dot_product_attention",
         "aten::_scaled_dot_product_attention_math",
+        "aten::_int_mm",
+        "mkldnn::_linear_pointwise",
     }
 )
 """The matrix-product ops (their self time; ``linear``/``matmul`` self time is their dispatch)."""
@@ -182,7 +187,11 @@ def profile_one(
     """Profile one batched beam search of ``size`` in ``dtype_name`` (``record_shapes``: also
     the non-matmul ops grouped by input shapes)."""
     torch.set_num_threads(threads)
-    model = odet_model(size).eval().to(DTYPES[dtype_name])
+    model = odet_model(size).eval().to(DTYPES[dtype_name] or torch.float32)
+    if dtype_name == "int8":
+        model = inference_model(model, "int8")
+    elif dtype_name == "fp32-onednn":
+        model = inference_model(model, "fp32", "onednn")
     src = gen_sources(size)
     n = size.gen_tokens
 

@@ -143,7 +143,7 @@ def markdown(results: dict[str, Any]) -> str:
         BEGIN,
         "",
         f"- Machine: {env['cpu']}, {env['logical_cpus']} logical CPUs, "
-        f"{env['torch_threads']} torch threads",
+        f"{env['torch_threads']} torch threads, allocator: {env.get('allocator', 'glibc default')}",
         f"- Versions: {versions}",
         f"- Date: {env['date']}",
         "- Commands: "

@@ -41,6 +41,7 @@ from benchmarks.systems import (
     make_batch,
     parameters,
 )
+from odet.runtime import keep_freed_memory
 
 REFERENCE = ("hf-marian", "torch-transformer")
 """Ratios are taken against the first of these that ran."""
@@ -301,6 +302,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="--lm: time odet's sampling eager only (no generate(compile=True) variant)",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip peak-memory children")
+    parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="run every system under the allocator setting that `odet` commands use "
+        "(odet.runtime.keep_freed_memory); default: glibc's own",
+    )
     parser.add_argument("--no-training", action="store_true")
     parser.add_argument("--no-generation", action="store_true")
     parser.add_argument(
@@ -334,9 +341,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def main_lm(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def main_lm(args: argparse.Namespace, argv: Sequence[str], allocator: str) -> int:
     """``--lm``: the language-model benchmark, its JSON and its Markdown rows."""
-    results = {"environment": environment(argv), "sizes": {}}
+    results = {"environment": {**environment(argv), "allocator": allocator}, "sizes": {}}
     results["sizes"] = run_lm_benchmarks(
         args.lm,
         args.precisions,
@@ -356,11 +363,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    allocator = "glibc default"
+    if args.keep_freed_memory:
+        if not keep_freed_memory():
+            print("--keep-freed-memory: not available on this system", file=sys.stderr)
+            return 2
+        allocator = "odet.runtime.keep_freed_memory"
     if args.lm:
-        return main_lm(args, argv)
+        return main_lm(args, argv, allocator)
     train_names = list(iter_names(TRAIN_SYSTEMS, args.train))
     gen_names = list(iter_names(GEN_SYSTEMS, args.generate))
     results: dict[str, Any] = {"environment": environment(argv), "sizes": {}}
+    results["environment"]["allocator"] = allocator
     if args.merge and args.out is not None and args.out.exists():
         results["sizes"] = json.loads(args.out.read_text())["sizes"]
     for size_name in args.sizes:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import measure, report, runner
+from odet import runtime
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_round_robin_rotates_the_starting_task_every_round() -> None:
@@ -200,3 +206,36 @@ def test_lm_benchmark_times_the_compiled_step_and_its_compilation(tmp_path: Path
     train = result["train"]
     assert train["odet_compiled_tokens_per_s"] > 0 and train["compile_s"] > 0
     assert train["odet_compiled_vs_odet"] > 0 and train["odet_compiled_vs_hf"] > 0
+
+
+def test_keep_freed_memory_runs_every_system_under_odets_allocator_setting(
+    tmp_path: Path,
+) -> None:
+    out, md = tmp_path / "r.json", tmp_path / "R.md"
+    argv = ["--quick", "--rounds", "1", "--no-memory", "--no-generation", "--train", "odet-euler",
+            "--keep-freed-memory", "--out", str(out), "--markdown", str(md)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in runtime.USER_SETTINGS}
+    env.pop("ODET_MALLOC", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *argv],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["environment"]["allocator"] == (
+        "odet.runtime.keep_freed_memory"
+    )
+    assert "allocator: odet.runtime.keep_freed_memory" in md.read_text()
+    refused = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *argv],
+        env={**env, "ODET_MALLOC": "system"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1:] == [
+        "--keep-freed-memory: not available on this system"
+    ]
