@@ -1,3 +1,4 @@
 from benchmarks.runner import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when a spawned child process re-imports this module
+    raise SystemExit(main())

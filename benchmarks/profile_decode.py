@@ -156,7 +156,7 @@ class Profile:
 
 
 def _is_op(name: str) -> bool:
-    return name.startswith("aten::")
+    return name.startswith(("aten::", "mkldnn::"))
 
 
 def _scope_of(event: Any) -> str:

@@ -106,7 +106,7 @@ def _generation_table(entry: dict[str, Any]) -> list[str]:
         if strategy == "skipped":
             continue
         for system, r in systems.items():
-            speeds = [r.get(f"speed_vs_{peer}") for peer in ("hf-marian", "ct2-marian")]
+            speeds = [r.get(f"speed_vs_{peer}") for peer in GEN_COLUMNS]
             first = r.get("first_call_seconds")
             rows.append(
                 [
@@ -117,11 +117,15 @@ def _generation_table(entry: dict[str, Any]) -> list[str]:
                     "—" if first is None else _fmt(first, 1),
                 ]
             )
-    header = ["search", "system", "sentences/s", "speed vs hf-marian", "speed vs ct2-marian"]
+    header = ["search", "system", "sentences/s", *(f"speed vs {peer}" for peer in GEN_COLUMNS)]
     lines += _table([*header, "first call s (compiles)"], rows)
     for system, reason in generation["skipped"].items():
         lines.append(f"\n`{system}` skipped: {reason}")
     return lines
+
+
+GEN_COLUMNS = ("hf-marian", "ct2-marian", "ct2-marian-int8")
+"""The same-round speed columns of the generation table."""
 
 
 def _yes(ok: bool) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from benchmarks import measure, report
+from benchmarks import systems as system_registry
 from benchmarks.lm import LM_SIZES, PRECISIONS, lm_table, run_lm_benchmarks
 from benchmarks.systems import (
     ENCODERS,
@@ -32,6 +33,7 @@ from benchmarks.systems import (
     SIZES,
     TRAIN_SYSTEMS,
     BenchSize,
+    ChildProcessGenerate,
     Generate,
     PeerUnavailableError,
     TrainSystem,
@@ -46,7 +48,7 @@ from odet.runtime import keep_freed_memory
 REFERENCE = ("hf-marian", "torch-transformer")
 """Ratios are taken against the first of these that ran."""
 BASELINE = "odet-euler"
-GEN_PEERS = ("hf-marian", "ct2-marian", "odet-euler")
+GEN_PEERS = ("hf-marian", "ct2-marian", "ct2-marian-int8", "odet-euler")
 """Generation systems every other one is compared with, same round."""
 RK_PAIRS = (("odet-rk2", BASELINE), ("odet-rk2-gated", BASELINE), ("odet-rk4", BASELINE))
 MEMORY_PAIRS = (("odet-rk4", BASELINE), ("odet-rk4-ckpt", BASELINE))
@@ -238,6 +240,9 @@ def run_generation(
             }
             for name, t in timings.items()
         }
+    for gen in systems.values():
+        if isinstance(gen, ChildProcessGenerate):
+            gen.close()
     return results
 
 
@@ -369,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("--keep-freed-memory: not available on this system", file=sys.stderr)
             return 2
         allocator = "odet.runtime.keep_freed_memory"
+        system_registry.KEEP_FREED_MEMORY_IN_CHILDREN = True
     if args.lm:
         return main_lm(args, argv, allocator)
     train_names = list(iter_names(TRAIN_SYSTEMS, args.train))

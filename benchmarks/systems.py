@@ -20,7 +20,10 @@ Peers (random init, never downloaded):
   decoders.
 - ``ct2-marian`` / ``ct2-marian-int8`` (generation only): that HF Marian converted to
   CTranslate2 (``ctranslate2``, the optional ``bench`` extra) with its own Marian loader over a
-  synthetic vocabulary, decoded by ``ctranslate2.Translator`` in ``float32`` / ``int8``.
+  synthetic vocabulary, decoded by ``ctranslate2.Translator`` in ``float32`` / ``int8``, in a
+  child process of its own (:class:`ChildProcessGenerate`): with more than one thread, a
+  CTranslate2 translator that has run in the process slows every torch system decoding after
+  it (``benchmarks/RESULTS.md``, "CTranslate2 in its own process").
 
 Every system is trained with the same loss (token cross-entropy, padding ignored) and
 ``torch.optim.Adam``.
@@ -30,7 +33,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import math
+import multiprocessing
 import shutil
 import tempfile
 import warnings
@@ -620,7 +625,106 @@ def ct2_translator(size: BenchSize, compute_type: str = "float32", threads: int 
     )
 
 
+KEEP_FREED_MEMORY_IN_CHILDREN = False
+"""Whether child-process systems run under ``odet.runtime.keep_freed_memory`` (the runner sets
+it with ``--keep-freed-memory``, so that every system shares the parent's allocator setting)."""
+
+
+class ChildProcessGenerate:
+    """A generation system built and run in a spawned child process; calls are forwarded.
+
+    The child gets the parent's torch thread count (and allocator setting); it is idle, blocked
+    on its pipe, while other systems run. The caller's time of a call includes one round trip
+    of the sources and the token ids through the pipe (well under a millisecond here).
+    """
+
+    def __init__(self, compute_type: str, size: BenchSize):
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_serve_ct2,
+            args=(
+                child,
+                compute_type,
+                size,
+                torch.get_num_threads(),
+                KEEP_FREED_MEMORY_IN_CHILDREN,
+            ),
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        kind, message = self._receive()
+        if kind != "ready":
+            self.close()
+            raise (PeerUnavailableError if kind == "unavailable" else RuntimeError)(message)
+
+    def _receive(self) -> tuple[str, Any]:
+        try:
+            return self._conn.recv()
+        except EOFError:
+            code = self._process.exitcode
+            return "error", f"the child process of a benchmark system ended (exit code {code})"
+
+    def __call__(self, src: Tensor, beam: int) -> list[list[int]]:
+        self._conn.send((src.tolist(), beam))
+        kind, value = self._receive()
+        if kind != "ok":
+            raise RuntimeError(value)
+        return value
+
+    def close(self) -> None:
+        self._conn.close()
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+
+    def __del__(self) -> None:
+        if getattr(self, "_process", None) is not None and self._process.is_alive():
+            self.close()
+
+
+def _serve_ct2(conn: Any, compute_type: str, size: BenchSize, threads: int, keep: bool) -> None:
+    """The child of :class:`ChildProcessGenerate`: build, say "ready", then answer calls."""
+    torch.set_num_threads(threads)
+    if keep:
+        from odet.runtime import keep_freed_memory
+
+        keep_freed_memory()
+    try:
+        run = _ct2_in_process(compute_type)(size)
+    except PeerUnavailableError as err:
+        conn.send(("unavailable", str(err)))
+        return
+    except Exception as err:  # reported in the parent, which owns the run
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            rows, beam = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send(("ok", run(torch.tensor(rows), beam)))
+        except Exception as err:
+            conn.send(("error", f"{type(err).__name__}: {err}"))
+
+
 def _ct2_generate(compute_type: str) -> Callable[[BenchSize], Generate]:
+    """CTranslate2 in ``compute_type``, decoded in a child process (module docstring)."""
+
+    def build(size: BenchSize) -> Generate:
+        try:
+            importlib.import_module("ctranslate2")
+        except ImportError as err:
+            raise PeerUnavailableError(f"ctranslate2 is not installed ({err})") from err
+        return ChildProcessGenerate(compute_type, size)
+
+    return build
+
+
+def _ct2_in_process(compute_type: str) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
         translator = ct2_translator(size, compute_type)
         vocab = ct2_vocabulary(size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -110,3 +111,18 @@ def test_profile_decode_writes_its_tables(tmp_path: Path) -> None:
     shares = ("matmul_share", "other_ops_share", "python_share", "unattributed_share")
     assert sum(summary[k] for k in shares) == pytest.approx(1.0)
     assert systems.Seq2Seq.decode.__name__ == "decode"  # the profiling scopes were removed
+
+
+def test_ctranslate2_peer_decodes_in_a_child_process_of_its_own() -> None:
+    """With two threads, a translator that has run in a process slows the torch systems after
+    it, so the peer lives in its own process; closing it ends that process."""
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("transformers")
+    gen = systems.GEN_SYSTEMS["ct2-marian"](TOY)
+    assert isinstance(gen, systems.ChildProcessGenerate)
+    process = gen._process
+    assert process.is_alive() and process.pid != os.getpid()
+    src = gen_sources(TOY)
+    assert gen(src, 1) == gen(src, 1)  # deterministic, and the child serves calls in turn
+    gen.close()
+    assert not process.is_alive()
