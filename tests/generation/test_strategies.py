@@ -58,6 +58,16 @@ def test_greedy_selects_the_argmax_of_each_group():
     assert sel.log_probs[:, 0].tolist() == [log_probs[0, 0, 1].item(), log_probs[1, 0, 0].item()]
 
 
+@pytest.mark.parametrize("v", [3, 1000, 1013])
+def test_greedy_argmax_on_large_vocabularies(v):
+    gen = torch.Generator().manual_seed(1)
+    log_probs = torch.randn(5, 1, v, generator=gen).log_softmax(-1)
+    log_probs[2, 0, v - 1] = 0.0
+    sel = Greedy().select(log_probs, torch.zeros(5, 1), torch.zeros(5, 1, 1, dtype=torch.long))
+    best, tokens = log_probs[:, 0].max(dim=-1, keepdim=True)
+    assert torch.equal(sel.tokens, tokens) and torch.equal(sel.log_probs, best)
+
+
 def test_beam_ranks_all_continuations_of_all_beams_by_running_log_prob():
     lp = math.log
     log_probs = torch.tensor(
@@ -71,6 +81,29 @@ def test_beam_ranks_all_continuations_of_all_beams_by_running_log_prob():
     assert torch.allclose(
         sel.log_probs.exp(), torch.tensor([[0.7, 0.5, 0.4, 0.2]], dtype=torch.float64)
     )
+
+
+@pytest.mark.parametrize("v", [50, 400, 410])
+@pytest.mark.parametrize("k_in", [1, 4])
+def test_beam_ranks_like_a_top_k_over_every_continuation(k_in, v):
+    # 400 and 410 tokens take the chunked two-pass ranking (410: with tokens past the last
+    # whole chunk); 50 the direct one. The reference ranks every (row, token) sum at once.
+    g, beam = 6, 4
+    gen = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(g, k_in, v, dtype=torch.float64, generator=gen).log_softmax(-1)
+    log_probs[:, :, :3] = -math.inf
+    log_probs[0, 0, 10:] = -math.inf  # a row with fewer finite tokens than candidates
+    log_probs[1, :, v - 1] = 0.0  # the best token in the last position
+    scores = torch.randn(g, k_in, dtype=torch.float64, generator=gen).abs().neg()
+    sel = BeamSearch(beam_size=beam).select(log_probs, scores, torch.zeros(g, k_in, 1).long())
+
+    total = (scores.unsqueeze(-1) + log_probs).view(g, k_in * v)
+    ref = total.topk(2 * beam, dim=-1)
+    assert torch.equal(scores.gather(1, sel.origins) + sel.log_probs, ref.values)
+    finite = torch.isfinite(ref.values)
+    assert torch.equal(sel.tokens[finite], (ref.indices % v)[finite])
+    assert torch.equal(sel.origins[finite], (ref.indices // v)[finite])
+    assert torch.equal(sel.log_probs, log_probs.view(g, -1).gather(1, sel.origins * v + sel.tokens))
 
 
 def test_beam_is_done_with_early_stopping_counts_finished_hypotheses():
