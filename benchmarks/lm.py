@@ -150,7 +150,7 @@ def train_task(
 
     ``scope(phase)`` wraps each phase: ``zero_grad``, ``forward``, ``loss``, ``backward``,
     ``optimizer`` (``benchmarks.profile_lm_train`` names them for the profiler)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     context: Callable[[], AbstractContextManager[Any]] = autocast_bf16 if bf16 else nullcontext
     x, y = batch
 
@@ -175,7 +175,7 @@ def compiled_train_task(
 ) -> Callable[[], float]:
     """``train_task`` with the forward pass and the loss compiled together, as odet's
     ``train.compile`` does (``next_token_loss`` through ``compile_step``)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     context: Callable[[], AbstractContextManager[Any]] = autocast_bf16 if bf16 else nullcontext
     loss_fn = compile_step(next_token_loss)
     x, y = batch

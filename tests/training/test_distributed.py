@@ -68,4 +68,19 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(
     for name, value in (
         Seq2Seq.from_pretrained(single_summary["last_checkpoint"]).state_dict().items()
     ):
-        torch.testing.assert_close(ddp_model[name], value, rtol=1e-4, atol=2e-5)
+        keep = ~_key_bias(name, value)
+        torch.testing.assert_close(ddp_model[name][keep], value[keep], rtol=1e-4, atol=2e-5)
+
+
+def _key_bias(name: str, value: torch.Tensor) -> torch.Tensor:
+    """The elements of ``value`` that are a key projection's bias. Attention's softmax ignores a
+    score shift shared by every key, so their exact gradient is zero: what they receive is
+    rounding noise, which Adam scales up to steps of the order of the learning rate, so their
+    values depend on the order of a reduction and are not comparable across ranks."""
+    mask = torch.zeros_like(value, dtype=torch.bool)
+    n = value.numel()
+    if name.endswith(".qkv_proj.bias"):
+        mask[n // 3 : 2 * n // 3] = True
+    elif name.endswith(".kv_proj.bias"):
+        mask[: n // 2] = True
+    return mask

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from odet.data import ParallelDataset
 from odet.models import ContinuousEncoderConfig, Seq2Seq, Seq2SeqConfig
@@ -21,6 +22,7 @@ from odet.training.step import (
     UpdateResult,
     apply_update,
     build_optimizer,
+    fused_adam_supported,
     record_skipped_update,
     train_step,
 )
@@ -63,6 +65,30 @@ def test_train_step_returns_the_summed_loss_and_accumulates_its_gradients(device
     for name, p in model.named_parameters():
         if p.grad is not None:
             torch.testing.assert_close(grads[name], p.grad, **repeat_tolerance(device))
+
+
+def test_adam_is_torchs_fused_kernel_where_it_runs_and_updates_as_the_reference_does():
+    optim = OptimConfig(lr=1e-2, warmup_updates=0, weight_decay=0.01)
+    weights = [torch.randn(5, 3, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    runs = []
+    for fused in (True, False):
+        params = [nn.Parameter(w.clone()) for w in weights]
+        if fused:
+            optimizer, _ = build_optimizer(params, optim, max_updates=10)
+            assert optimizer.defaults["fused"] is True
+        else:
+            optimizer = torch.optim.Adam(
+                params, lr=1e-2, betas=optim.betas, eps=optim.eps, weight_decay=0.01, foreach=False
+            )
+        for step in range(3):
+            for p in params:
+                p.grad = p.detach().sin() + step
+            optimizer.step()
+        runs.append(params)
+    for fused, reference in zip(*runs, strict=True):
+        torch.testing.assert_close(fused, reference, rtol=1e-6, atol=1e-7)
+    assert not fused_adam_supported([torch.zeros(2, dtype=torch.long)])
+    assert not fused_adam_supported([])
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

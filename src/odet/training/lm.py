@@ -49,7 +49,12 @@ from odet.training.resume import (
 from odet.training.run_dir import SUMMARY_NAME, detach_log_file, open_run_dir
 from odet.training.schedule import make_schedule
 from odet.training.signals import StopSignals
-from odet.training.step import ForwardPrecision, apply_update, record_skipped_update
+from odet.training.step import (
+    ForwardPrecision,
+    apply_update,
+    fused_adam_supported,
+    record_skipped_update,
+)
 from odet.training.trainer import TrainingInterruptedError
 
 logger = logging.getLogger("odet.train")
@@ -106,7 +111,13 @@ def build_adamw(model: nn.Module, optim: LMOptimConfig) -> Optimizer:
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps)
+    return torch.optim.AdamW(
+        groups,
+        lr=optim.lr,
+        betas=optim.betas,
+        eps=optim.eps,
+        fused=fused_adam_supported([*decay, *no_decay]),
+    )
 
 
 def decay_groups(

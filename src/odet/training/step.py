@@ -168,13 +168,33 @@ class UpdateResult:
     """Total gradient norm after rescaling, before clipping."""
 
 
+_FUSED_ADAM_DEVICES = ("cpu", "cuda")
+
+
+def fused_adam_supported(params: Iterable[Tensor]) -> bool:
+    """Whether torch's fused Adam/AdamW kernel (one pass over each parameter per update, what
+    HF's Trainer uses by default) can update ``params``: floating-point tensors on CPU or CUDA,
+    FSDP's sharded ``DTensor`` parameters included, so that one process and its sharded twin
+    run the same kernel."""
+    params = list(params)
+    return bool(params) and all(
+        p.is_floating_point() and p.device.type in _FUSED_ADAM_DEVICES for p in params
+    )
+
+
 def build_optimizer(
     params: Iterable[nn.Parameter], optim: OptimConfig, max_updates: int
 ) -> tuple[Optimizer, LRScheduler]:
     """Adam and its learning-rate schedule (``max_updates``: the length decaying schedules
     need)."""
+    params = list(params)
     optimizer = torch.optim.Adam(
-        params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay
+        params,
+        lr=optim.lr,
+        betas=optim.betas,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        fused=fused_adam_supported(params),
     )
     scheduler = make_schedule(
         optimizer,
@@ -205,9 +225,9 @@ def apply_update(
     """
     params = list(params)
     scale = world_size / max(tokens, 1.0)
-    for p in params:
-        if p.grad is not None:
-            p.grad.mul_(scale)
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        torch._foreach_mul_(grads, scale)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, clip_norm or float("inf"))
     if isinstance(grad_norm, DTensor):
         grad_norm = grad_norm.full_tensor()
