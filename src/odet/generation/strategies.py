@@ -280,7 +280,7 @@ def _top_continuations(log_probs: Tensor, scores: Tensor, m: int) -> tuple[Tenso
     chunk's maximum (rounding is monotone), and the ``m`` best sums lie in the ``m`` chunks
     with the best maxima (plus the tokens past the last whole chunk), so only those are ranked.
     A max-reduction is much cheaper per value than ``torch.topk``'s partial sort, so the two
-    passes beat one top-k (measured in ``benchmarks/RESULTS.md``, "The beam's ranking").
+    passes beat one top-k (``benchmarks/RESULTS.md``, "Quiet machine after the beam's ranking").
     """
     G, K, V = log_probs.shape
     n = V // _CHUNK  # chunk j of a row holds tokens j, j + n, j + 2n, ...
