@@ -41,6 +41,7 @@ from odet.models import Seq2Seq
 from odet.models.seq2seq import Seq2SeqDecoder
 from odet.nn.attention import CrossAttention, SelfAttention
 from odet.nn.feedforward import FeedForward
+from odet.runtime import keep_freed_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp32-onednn": torch.float32, "int8": None}
 """What each ``--dtypes`` name decodes with: a model dtype, or (``int8``, ``fp32-onednn``) the
@@ -417,10 +418,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--shapes", action="store_true", help="also group the non-matmul ops by input shapes"
     )
+    parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="run under odet's allocator setting, as odet generate does (odet.runtime)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/runs/profile_decode.md"))
     args = parser.parse_args(argv)
     if args.beam < 1 or args.threads < 1 or args.repeats < 1:
         parser.error("--beam, --threads and --repeats must be positive")
+    if args.keep_freed_memory and not keep_freed_memory():
+        parser.error("--keep-freed-memory: odet's allocator setting is not in effect here")
     profiles = []
     for size in args.sizes:
         for dtype in args.dtypes:
