@@ -75,6 +75,23 @@ def test_generate_reads_stdin_and_keeps_empty_lines(trained, tmp_path, monkeypat
     assert "1 empty line(s)" in captured.err
 
 
+def test_generate_writes_output_line_i_for_input_line_i_whatever_the_line_ends(
+    trained, tmp_path, monkeypatch
+):
+    """Lines end at ``\\n`` only, as the corpus readers and ``wc -l`` count them: a lone
+    ``\\r``, a form feed or U+2028 inside a line does not split it; CRLF and a BOM are dropped."""
+    from odet.inference import Translator
+
+    source = tmp_path / "in.txt"
+    source.write_bytes("\ufeffka lo\r\nmi\rne\nla\x0cte\nsu\u2028po\u0085ri\n".encode())
+    out = tmp_path / "out.txt"
+    echo = lambda self, lines, progress=False: [f"<{line}>" for line in lines]  # noqa: E731
+    monkeypatch.setattr(Translator, "translate", echo)
+    assert main(["generate", str(trained), "-i", str(source), "-o", str(out)]) == 0
+    written = out.read_bytes().decode("utf-8").split("\n")
+    assert written == ["<ka lo>", "<mi\rne>", "<la\x0cte>", "<su\u2028po\u0085ri>", ""]
+
+
 def test_generate_decodes_in_int8(trained, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("ka lo\nmi ne\n")
@@ -130,6 +147,23 @@ def test_train_config_written_to_run_matches_the_overrides(copy_data, tmp_path):
     assert main(["train", path, "--set", "seed=11", "--no-progress"]) == 0
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["seed"] == 11
+
+
+def test_output_dir_flag_is_taken_verbatim_not_as_yaml(copy_data, tmp_path, monkeypatch):  # noqa: F811
+    import odet.training
+
+    seen = []
+
+    def record(config, progress=None):
+        seen.append(config.output_dir)
+        raise ValueError("stop before training")
+
+    monkeypatch.setattr(odet.training, "train", record)
+    config = _config_file(tmp_path, copy_data)
+    for name in ("run #2", "run: b"):
+        assert main(["train", config, "--output-dir", str(tmp_path / name)]) == 2
+    assert seen == [str(tmp_path / "run #2"), str(tmp_path / "run: b")]
+    assert not (tmp_path / "run").exists()
 
 
 def test_generate_defaults_to_the_runs_search_settings(trained):

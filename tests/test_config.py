@@ -1,10 +1,21 @@
-"""odet.config: YAML loading catches what YAML itself lets through."""
+"""odet.config: YAML loading and the config checks catch what YAML itself lets through."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
-from odet.config import ConfigError, load_yaml, parse_yaml
+from odet.config import (
+    SEED_MAX,
+    ConfigError,
+    check_name,
+    check_seed,
+    check_types,
+    load_yaml,
+    parse_yaml,
+)
 
 
 def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path):
@@ -41,3 +52,43 @@ def test_a_config_file_may_write_a_rate_as_1e_3(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("optim:\n  lr: 1e-3\n  betas: [0.9, 98e-2]\n")
     assert load_yaml(path) == {"optim": {"lr": 1e-3, "betas": [0.9, 0.98]}}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    rate: float = 1.0
+    pair: tuple[float, float] = (0.5, 0.5)
+    cap: float | None = None
+    files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_types(self)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"rate": math.inf}, {"rate": -math.inf}, {"rate": math.nan}, {"pair": (0.5, math.nan)},
+     {"cap": math.inf}],
+)  # fmt: skip
+def test_no_float_setting_may_be_nan_or_infinite(values):
+    with pytest.raises(ConfigError, match=r"_Settings\.\w+ = .*(inf|nan).* a finite number"):
+        _Settings(**values)
+
+
+def test_a_tuple_of_any_length_is_spelled_as_the_yaml_list_it_is_written_as():
+    with pytest.raises(ConfigError, match=r"expected list\[str\]"):
+        _Settings(files="a.txt")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [-1, SEED_MAX + 1, 2**70])
+def test_a_seed_outside_what_every_generator_takes_is_refused(seed):
+    with pytest.raises(ConfigError, match=rf"seed must lie in \[0, {SEED_MAX}\], got {seed}"):
+        check_seed(seed, "seed")
+    check_seed(SEED_MAX, "seed")
+
+
+@pytest.mark.parametrize("name", ["", " ", ".", "..", "../x", "a/b", "a\\b", 3, None])
+def test_a_name_that_is_not_one_plain_directory_name_is_refused(name):
+    with pytest.raises(ConfigError, match="cannot name a directory"):
+        check_name(name, "variant")
+    check_name("rk2-gated.v2", "variant")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from odet.config import SEED_MAX
 from odet.runtime import keep_freed_memory
 
 EXIT_USER_ERROR = 2
@@ -36,8 +37,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from odet.training.lm_config import LMTrainConfig, load_any_config
 
     overrides = list(args.set or [])
-    if args.output_dir:
-        overrides.append(f"output_dir={args.output_dir}")
+    if args.output_dir is not None:
+        overrides.append(f"output_dir={json.dumps(args.output_dir)}")  # verbatim, not YAML
     config = load_any_config(args.config, overrides)
     from odet.training.run_dir import check_output_dir
 
@@ -146,12 +147,12 @@ def _output(path: str | None) -> Iterator[Path | None]:
 def _read_input(path: str | None) -> tuple[list[str], int]:
     """The lines to translate (invalid UTF-8 replaced and counted); an input with no line to
     translate (empty, only blank or undecodable lines) is a ``DataError``."""
-    from odet.data.text import DataError, read_binary
+    from odet.data.text import DataError, read_binary, split_lines
 
     name = "stdin" if path in (None, "-") else f"--input {path}"
     raw = sys.stdin.buffer.read() if path in (None, "-") else read_binary(path, "--input")
     lines, invalid = [], 0
-    for line in raw.splitlines():
+    for line in split_lines(raw):
         try:
             lines.append(line.decode("utf-8"))
         except UnicodeDecodeError:
@@ -432,19 +433,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"odet: error: {message}{hint}\n")
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an integer ``>= low``."""
+def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= low`` (and ``<= high`` when given)."""
+    interval = f">= {low}" if high is None else f"in [{low}, {high}]"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {interval}, got {value}")
         return value
 
-    parse.__name__ = f"int >= {low}"
+    parse.__name__ = f"int {interval}"
     return parse
 
 
@@ -477,6 +479,7 @@ PROBABILITY = _real(0.0, 1.0, low_open=True, high_open=False)
 FRACTION = _real(0.0, 1.0, low_open=False, high_open=False)
 NON_NEGATIVE = _real(0.0, math.inf, low_open=False, high_open=True)
 FINITE = _real(-math.inf, math.inf, low_open=True, high_open=True)
+SEED = _at_least(0, SEED_MAX)
 
 
 class _HelpWithDefaults(argparse.HelpFormatter):
@@ -562,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=PROBABILITY,
         help=f"sample: keep the smallest set of mass p {RUN}",
     )
-    p.add_argument("--seed", type=int, help=f"sample: random seed {RUN}")
+    p.add_argument("--seed", type=SEED, help=f"sample: random seed {RUN}")
     p.add_argument(
         "--batch-tokens",
         type=_at_least(16),
@@ -599,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--top-p", type=PROBABILITY, default=None, help="keep the smallest set of tokens of mass p"
     )
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampling (reproducible)")
+    p.add_argument("--seed", type=SEED, default=None, help="seed of the sampling (reproducible)")
     p.add_argument("--num-samples", type=_at_least(1), default=1, help="independent samples")
     p.add_argument(
         "--which", choices=["best", "last"], default="last", help="checkpoint of a run directory"
@@ -676,7 +679,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants", nargs="+", metavar="NAME", help="train only these variants (default: all)"
     )
     p.add_argument(
-        "--seeds", nargs="+", type=int, metavar="SEED", help="train only these seeds (default: all)"
+        "--seeds",
+        nargs="+",
+        type=SEED,
+        metavar="SEED",
+        help="train only these seeds (default: all)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -717,7 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"], help="what to prepare")
     p.add_argument("inputs", nargs="+", help="input file(s)")
     p.add_argument("--out", required=True, help="output directory, prefix or file")
-    p.add_argument("--seed", type=int, default=1, help="gec: noise seed")
+    p.add_argument("--seed", type=SEED, default=1, help="gec: noise seed")
     p.add_argument(
         "--copies", type=_at_least(1), default=1, help="gec: corrupted copies per sentence"
     )
@@ -757,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("parity", help="the N-ODE Transformer's parity experiment")
     p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")
     p.add_argument("--out", required=True, help="directory for the tables and plots")
-    p.add_argument("--seeds", type=int, nargs="+", help="train only these of the config's seeds")
+    p.add_argument("--seeds", type=SEED, nargs="+", help="train only these of the config's seeds")
     p.add_argument("--variants", nargs="+", help="train only these variants (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(

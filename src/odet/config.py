@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -27,14 +28,18 @@ T = TypeVar("T")
 
 
 def describe_type(tp: Any) -> str:
-    """A readable spelling of a type annotation: ``'fp32' | 'bf16'``, ``int | None``, ..."""
+    """A readable spelling of a type annotation: ``'fp32' | 'bf16'``, ``int | None``,
+    ``list[str]`` for a tuple of any length (written as a YAML list), ..."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(v) for v in typing.get_args(tp))
     if origin in (Union, types.UnionType):
         return " | ".join(describe_type(a) for a in typing.get_args(tp))
+    args = typing.get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return f"list[{describe_type(args[0])}]"  # any length: a YAML list
     if origin in (tuple, list):
-        return f"{origin.__name__}[{', '.join(describe_type(a) for a in typing.get_args(tp))}]"
+        return f"{origin.__name__}[{', '.join(describe_type(a) for a in args)}]"
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
@@ -70,10 +75,18 @@ def _matches(value: Any, tp: Any) -> bool:
     return True
 
 
+def _non_finite(value: Any) -> bool:
+    """Whether ``value`` is, or is a tuple/list holding, a NaN or infinite float."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, tuple | list) and any(_non_finite(v) for v in value)
+
+
 def check_types(obj: Any) -> None:
     """Raise ``ConfigError`` if a field of dataclass ``obj`` does not match its annotation.
 
-    Ints are accepted (and converted) where floats are expected; bools are never ints.
+    Ints are accepted (and converted) where floats are expected; bools are never ints; a float
+    (alone or in a tuple or list) must be finite: no setting means NaN or infinity.
     """
     hints = typing.get_type_hints(type(obj))
     name = type(obj).__name__
@@ -85,6 +98,8 @@ def check_types(obj: Any) -> None:
                 f"{name}.{f.name} = {value!r} ({type(value).__name__}) is invalid; "
                 f"expected {describe_type(tp)}"
             )
+        if tp is not Any and _non_finite(value):
+            raise ConfigError(f"{name}.{f.name} = {value!r} is invalid; expected a finite number")
         if tp is float and isinstance(value, int):
             object.__setattr__(obj, f.name, float(value))
 
@@ -93,6 +108,28 @@ def check(condition: bool, message: str) -> None:
     """Raise ``ConfigError(message)`` unless ``condition``."""
     if not condition:
         raise ConfigError(message)
+
+
+SEED_MAX = 2**32 - 1
+"""The largest seed: every random generator odet seeds (torch, NumPy, Python) takes
+``[0, SEED_MAX]``."""
+
+
+def check_seed(seed: int, key: str) -> None:
+    """Raise ``ConfigError`` unless ``seed`` (the value of ``key``) lies in ``[0, SEED_MAX]``."""
+    check(0 <= seed <= SEED_MAX, f"{key} must lie in [0, {SEED_MAX}], got {seed}")
+
+
+def check_name(name: object, key: str) -> None:
+    """Raise ``ConfigError`` unless ``name`` (the value of ``key``) can name a directory inside
+    another: a non-empty string, no path separator, not ``.`` or ``..``."""
+    check(
+        isinstance(name, str)
+        and bool(name.strip())
+        and name not in (".", "..")
+        and not set(name) & {"/", "\\", "\0"},
+        f"{key} {name!r} cannot name a directory: use a plain name (no '/', not '.' or '..')",
+    )
 
 
 def suggest(key: str, valid: typing.Iterable[str]) -> str:

@@ -95,10 +95,7 @@ def _first_sentence(text: str) -> str:
 
 
 def _type_cell(tp: Any) -> str:
-    text = describe_type(tp)
-    for args in ("str", "int", "float"):
-        text = text.replace(f"tuple[{args}, Ellipsis]", f"list[{args}]")
-    return text.replace("|", "\\|")
+    return describe_type(tp).replace("|", "\\|")
 
 
 def _default(f: dataclasses.Field[Any]) -> str:

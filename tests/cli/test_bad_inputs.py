@@ -9,6 +9,7 @@ unwritable output, bad numeric flag, not a run, corrupt checkpoint, model of ano
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from collections.abc import Callable
@@ -436,6 +437,52 @@ CASES: list[Case] = [
         lambda e: ["train", e.config(optim={"lr": 0.0})],
         r"lr",
     ),
+    *[
+        Case("train", kind, lambda e, sections=sections: ["train", e.config(**sections)], pattern)
+        for kind, sections, pattern in [
+            ("infinite lr", {"optim": {"lr": math.inf}}, r"lr = inf.*finite number"),
+            ("NaN in betas", {"optim": {"betas": [0.9, math.nan]}}, r"betas = .*nan.*finite"),
+            ("negative eps", {"optim": {"eps": -1e-8}}, r"optim\.eps must be > 0"),
+            ("negative warmup_init_lr", {"optim": {"warmup_init_lr": -1.0}}, r"warmup_init_lr"),
+            ("negative seed", {"seed": -1}, r"seed.*must (lie|be) in \[0, 4294967295\]"),
+            ("seed beyond 2**32", {"seed": 2**32}, r"seed.*must (lie|be) in \[0, 4294967295\]"),
+            (
+                "infinite generation temperature",
+                {"generation": {"temperature": math.inf}},
+                r"temperature = inf.*finite",
+            ),
+        ]
+    ],
+    Case(
+        "train",
+        "empty --output-dir",
+        lambda e: ["train", e.config(), "--output-dir", ""],
+        r"output_dir must name the run directory",
+    ),
+    Case(
+        "train",
+        "empty output_dir by --set",
+        lambda e: ["train", e.config(), "--set", "output_dir="],
+        r"output_dir must name the run directory",
+    ),
+    Case(
+        "train",
+        "into a language-model run",
+        lambda e: ["train", e.config(out="lmcopy")] if _lm_copy(e) else [],
+        r"lmcopy holds a language-model run, and this config trains a translation one",
+    ),
+    Case(
+        "train",
+        "lm into a translation run",
+        lambda e: ["train", e.lm_config(out="runcopy")] if _run_copy(e) else [],
+        r"runcopy holds a translation run, and this config trains a language-model one",
+    ),
+    Case(
+        "train",
+        "lm negative seed",
+        lambda e: ["train", e.lm_config(seed=-3)],
+        r"seed.*must (lie|be) in \[0, 4294967295\]",
+    ),
     Case(
         "train",
         "data_dir missing",
@@ -608,6 +655,13 @@ CASES: list[Case] = [
             ("--min-len", "20", ["--max-len-a", "0", "--max-len-b", "5"], r"min.len"),
             ("--min-len", "-1", [], r"min.len.*>= 0"),
             ("--no-repeat-ngram-size", "-2", [], r"no.repeat.ngram"),
+            ("--seed", "-1", ["--strategy", "sample"], r"seed.*must (lie|be) in \[0, 4294967295\]"),
+            (
+                "--seed",
+                str(2**64),
+                ["--strategy", "sample"],
+                r"seed.*must (lie|be) in \[0, 4294967295\]",
+            ),
             ("--beam", "two", [], r"--beam.*invalid int.*two"),
             ("--strategy", "nucleus", [], r"--strategy.*nucleus.*beam"),
             ("--lenpen", "nan", [], r"(len.?pen|length_penalty).*finite"),
@@ -651,6 +705,8 @@ CASES: list[Case] = [
             ("--top-p", "0", r"top.p.*\(0, 1\]"),
             ("--top-k", "0", r"top.k.*>= 1"),
             ("--max-new-tokens", "-1", r"max.new.tokens.*>= 0"),
+            ("--seed", "-1", r"seed.*must (lie|be) in \[0, 4294967295\]"),
+            ("--seed", str(2**70), r"seed.*must (lie|be) in \[0, 4294967295\]"),
             ("--num-samples", "0", r"num.samples.*>= 1"),
         ]
     ],
@@ -977,6 +1033,31 @@ CASES: list[Case] = [
     ),
     Case(
         "experiment",
+        "a seed twice",
+        lambda e: ["experiment", e.experiment(seeds=[1, 1]), "--no-progress"],
+        r"seeds must be distinct, got \[1, 1\]",
+    ),
+    Case(
+        "experiment",
+        "negative seed",
+        lambda e: ["experiment", e.experiment(seeds=[1, -2]), "--no-progress"],
+        r"seed.*must (lie|be) in \[0, 4294967295\]",
+    ),
+    *[
+        Case(
+            "experiment",
+            f"variant named {name!r}",
+            lambda e, name=name: [
+                "experiment",
+                e.experiment(variants={"euler": {}, name: {}}),
+                "--no-progress",
+            ],
+            r"cannot name a directory",
+        )
+        for name in ("../escaped", "a/b", "..", "")
+    ],
+    Case(
+        "experiment",
         "negative average_last",
         lambda e: ["experiment", e.experiment(average_last=-1), "--no-progress"],
         r"average_last.*>= 0",
@@ -1088,6 +1169,24 @@ CASES: list[Case] = [
             "--no-progress",
         ],
         r"rk9",
+    ),
+    Case(
+        "parity",
+        "variant named with a path",
+        lambda e: [
+            "parity",
+            e.parity(variants=[{"name": "../escaped", "model": {}}]),
+            "--out",
+            str(e.tmp / "par"),
+            "--no-progress",
+        ],
+        r"'\.\./escaped' cannot name a directory",
+    ),
+    Case(
+        "parity",
+        "negative seed",
+        lambda e: ["parity", e.parity(seeds=[-1]), "--out", str(e.tmp / "par"), "--no-progress"],
+        r"seed.*must (lie|be) in \[0, 4294967295\]",
     ),
     Case(
         "parity",
@@ -1461,6 +1560,13 @@ CASES: list[Case] = [
     Case("odet", "no command", lambda e: [], r"required: COMMAND"),
     Case("train", "unknown flag", lambda e: ["train", e.config(), "--fast"], r"--fast"),
 ]
+
+
+def _lm_copy(e: Env) -> str:
+    """A copy of the finished language-model run inside the test's tmp dir."""
+    target = e.tmp / "lmcopy"
+    shutil.copytree(e.lm, target)
+    return str(target)
 
 
 def _corrupt_config(e: Env) -> str:

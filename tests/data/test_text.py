@@ -16,6 +16,7 @@ from odet.data import (
     read_lines,
     read_parallel_text,
 )
+from odet.data.text import split_lines
 
 
 def write(path: Path, data: bytes, *, compress: bool = False) -> Path:
@@ -235,3 +236,26 @@ def test_reports_reject_inconsistent_counts() -> None:
         ReadReport(paths=("x",), lines=3, kept=1, empty=1)
     with pytest.raises(ValueError, match="total=3 != kept=1 \\+ dropped=0"):
         FilterReport(total=3, kept=1)
+
+
+@pytest.mark.parametrize(
+    ("data", "lines"),
+    [
+        (b"", []),
+        (b"\n", [b""]),
+        (b"a\nb", [b"a", b"b"]),
+        (b"a\r\nb\r\n", [b"a", b"b"]),
+        (b"\xef\xbb\xbfa\nb\n", [b"a", b"b"]),
+        (b"a\rb\nc\x0cd\n", [b"a\rb", b"c\x0cd"]),
+        ("x\u2028y\u0085z\n".encode(), ["x\u2028y\u0085z".encode()]),
+        (b"a\n\n", [b"a", b""]),
+    ],
+)
+def test_split_lines_counts_lines_as_the_corpus_readers_do(data: bytes, lines: list[bytes]):
+    assert split_lines(data) == lines
+
+
+def test_split_lines_and_the_parallel_reader_agree_on_line_numbers(tmp_path: Path) -> None:
+    data = "one\rstill one\nx\u2028y\n\xef\nlast\r\n".encode()
+    pairs = read_parallel_text(write(tmp_path / "s", data), write(tmp_path / "t", data))
+    assert pairs.report.lines == len(split_lines(data)) == 4

@@ -95,3 +95,34 @@ def test_an_empty_hypothesis_file_is_a_one_line_data_error(tmp_path, metric, tok
     (tmp_path / "ref").write_text("", encoding="utf-8")
     with pytest.raises(DataError, match=r"hyp is empty: there is nothing to score"):
         evaluate_files(metric, empty, [ref], source=ref, tokenized=tokenized)
+
+
+@pytest.mark.parametrize(
+    "hypotheses",
+    [
+        b"\xef\xbb\xbfthe cat sat on the mat .\nhello world again and again\n",
+        b"the cat sat on the mat .\r\nhello world again and again\r\n",
+    ],
+    ids=["utf-8 BOM", "CRLF"],
+)
+@pytest.mark.parametrize("metric", ["bleu", "chrf"])
+def test_a_bom_or_crlf_line_ends_do_not_change_the_score(tmp_path, hypotheses, metric):
+    ref = _write(tmp_path / "ref", ["the cat sat on the mat .", "hello world again and again"])
+    (tmp_path / "hyp").write_bytes(hypotheses)
+    assert evaluate_files(metric, str(tmp_path / "hyp"), [ref])["score"] == pytest.approx(100.0)
+
+
+def test_lines_are_split_on_newlines_only_as_odet_generate_writes_them(tmp_path):
+    """A form feed or U+2028 inside a reference line is not a line break: the files stay
+    aligned line for line."""
+    ref = tmp_path / "ref"
+    ref.write_text("the cat\u2028sat here\nhello\x0cworld again\n", encoding="utf-8")
+    hyp = _write(tmp_path / "hyp", ["the cat\u2028sat here", "hello\x0cworld again"])
+    assert evaluate_files("chrf", hyp, [str(ref)])["score"] == pytest.approx(100.0)
+
+
+def test_invalid_utf_8_is_reported_with_its_line(tmp_path):
+    (tmp_path / "hyp").write_bytes(b"fine\nbad \xff here\n")
+    ref = _write(tmp_path / "ref", ["fine", "bad here"])
+    with pytest.raises(DataError, match=r"hyp is not valid UTF-8 \(line 2, byte 4\)"):
+        evaluate_files("bleu", str(tmp_path / "hyp"), [ref])

@@ -1,4 +1,5 @@
 import csv
+import json
 
 import yaml
 
@@ -47,6 +48,12 @@ def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_dat
     assert int(rows[1]["parameters"]) == int(rows[0]["parameters"]) + 2 * 32 + 1
     report = (tmp_path / "exp" / "results.md").read_text()
     assert "| rk2-gated |" in report and "avg2 BLEU" in report
+    assert "avg2 test decode (s)" in report
+    # The averaged test decode's wall time: recorded beside its hypotheses, in the table.
+    timing = json.loads((tmp_path / "exp" / "euler" / "seed1" / "test.avg2.time.json").read_text())
+    assert timing["sentences"] == len((copy_data / "test.src").read_text().splitlines())
+    assert timing["seconds"] > 0 and timing["threads"] >= 1
+    assert float(rows[0]["avg_test_decode_seconds"]) == timing["seconds"]
     delta = [line for line in report.splitlines() if line.startswith("| rk2-gated | ")][-1]
     expected = sum(
         float(rows[i + 1]["avg_test_bleu_tok"]) - float(rows[i]["avg_test_bleu_tok"])

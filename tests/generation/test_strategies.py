@@ -149,6 +149,20 @@ def test_sampling_scores_with_untempered_model_log_probs():
     assert sel.log_probs.item() == pytest.approx(math.log(0.75))
 
 
+@pytest.mark.parametrize("temperature", [1e-30, 1e-300, 5e-324])
+def test_a_tiny_temperature_samples_the_best_token_instead_of_nans(temperature):
+    """``log_probs / T`` overflows to ``-inf`` for every token (or NaN where it is 0) when T is
+    tiny; shifting each row to a maximum of 0 first keeps the best token."""
+    log_probs = torch.tensor([[[0.25, 0.75]], [[0.6, 0.4]]]).log()
+    strategy = Sampling(temperature=temperature, generator=torch.Generator().manual_seed(0))
+    tempered = strategy.temper(log_probs[:, 0])
+    assert tempered.softmax(-1).tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    for seed in range(5):
+        strategy = Sampling(temperature=temperature, generator=torch.Generator().manual_seed(seed))
+        sel = strategy.select(log_probs, torch.zeros(2, 1), torch.zeros(2, 1, 1, dtype=torch.long))
+        assert sel.tokens.tolist() == [[1], [0]]
+
+
 def test_make_strategy_builds_each_registered_strategy():
     assert set(STRATEGIES) == {"greedy", "beam", "sample"}
     assert make_strategy("greedy") == Greedy()

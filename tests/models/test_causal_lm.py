@@ -65,6 +65,15 @@ def test_cached_decoding_and_sampling_equal_the_full_forward(method, coefficient
     assert torch.equal(cached, uncached)  # 15 > block_size: past the context too
 
 
+@pytest.mark.parametrize("temperature", [1e-30, 1e-300])
+def test_a_tiny_temperature_samples_what_greedy_decoding_picks(temperature):
+    torch.manual_seed(0)
+    model = lively(CausalLM(small())).eval()
+    prompt = tokens(batch=2, length=3)
+    greedy = model.generate(prompt, 6, top_k=1, seed=0)
+    assert torch.equal(model.generate(prompt, 6, temperature=temperature, seed=1), greedy)
+
+
 @pytest.mark.parametrize(("method", "coefficients", "history"), CASES, ids=IDS)
 def test_the_static_cache_step_equals_the_full_forward(method, coefficients, history):
     torch.manual_seed(0)

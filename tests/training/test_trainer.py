@@ -122,7 +122,7 @@ def test_copy_task_reaches_95_percent_exact_match_through_the_cli(copy_data, tmp
             "coefficients": "gated",
         },
         optim={"lr": 0.003, "label_smoothing": 0.0},
-        train={"max_epochs": 22, "log_every": 50},
+        train={"max_epochs": 40, "log_every": 50},
     )
     assert main(["train", str(write_config(tmp_path / "copy.yaml", config)), "--no-progress"]) == 0
     out = tmp_path / "test.hyp"

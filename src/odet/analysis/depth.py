@@ -11,10 +11,11 @@ Batches hold sentences of one source length, so no source is padded: the adaptiv
 is an RMS over all ``T·D`` features of a sample, padded ones included
 (:mod:`odet.blocks.continuous`), and padding would loosen a sentence's tolerance and change its
 NFE. torchode steps every sample with its own step size, so a sentence's NFE does not depend on
-its batch: exactly, in the tests, down to ``rtol = atol = 1e-5``. Tolerances near float32
-rounding (``1e-6``) or a very stiff field let the rounding of batched kernels move a step or
-two; ``batch_tokens=1`` solves one sentence at a time. torchdiffeq shares one step size across
-the batch, so with it every sentence is solved alone.
+its batch except through rounding: a GEMM over a batch may round a row differently from a
+one-row GEMM (MKL on an AVX2 CPU does), which can move a step's acceptance. In the tests that
+is at most one dopri5 step for a few sentences; tolerances near float32 rounding (``1e-6``) or
+a very stiff field let it move more; ``batch_tokens=1`` solves one sentence at a time.
+torchdiffeq shares one step size across the batch, so with it every sentence is solved alone.
 """
 
 from __future__ import annotations

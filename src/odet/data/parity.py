@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from odet.config import check, check_types
+from odet.config import check, check_seed, check_types
 
 PAD_ID = 0
 BIT_OFFSET = 1
@@ -128,6 +128,7 @@ class ParityTaskConfig:
             f"ParityTaskConfig needs min_length <= max_length <= test_max_length, got "
             f"{self.min_length}, {self.max_length}, {self.test_max_length}",
         )
+        check_seed(self.seed, "ParityTaskConfig.seed")
 
 
 @dataclass(frozen=True)

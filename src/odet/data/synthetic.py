@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from odet.config import check, check_types
+from odet.config import check, check_seed, check_types
 
 _SYLLABLES = ("ka", "lo", "mi", "ne", "po", "ru", "sa", "ti", "vu", "ze", "ba", "do")
 
@@ -55,6 +55,7 @@ class SyntheticTask:
         )
         check(self.vocab_words >= 2, "vocab_words must be >= 2")
         check(1 <= self.min_length <= self.max_length, "need 1 <= min_length <= max_length")
+        check_seed(self.seed, "seed")
 
     def pairs(self, count: int, split_seed: int) -> list[tuple[str, str]]:
         words = _words(self.vocab_words, self.seed)

@@ -13,6 +13,7 @@ Files are read as plain text or gzip, detected from the gzip magic bytes rather 
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import os
@@ -195,6 +196,17 @@ def _raw_lines(handle: BinaryIO, path: PathLike) -> Iterator[bytes]:
             yield line.rstrip(b"\n")
     except (EOFError, OSError, zlib.error):
         raise DataError(f"{path} cannot be read (corrupt or truncated gzip)") from None
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a whole file as the corpus readers count them: split on ``\\n`` only, so a
+    lone ``\\r``, form feed or U+2028 stays inside its line (and line ``i`` of an output matches
+    line ``i`` of its input); the ``\\r`` of a CRLF ending and a leading UTF-8 BOM are dropped;
+    a final newline ends the last line."""
+    lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [line.removesuffix(b"\r") for line in lines]
 
 
 def _decode(raw: bytes, first: bool) -> str | None:

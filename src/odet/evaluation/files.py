@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from odet.data.m2 import read_m2
-from odet.data.text import DataError, check_input_file, read_binary, read_lines
+from odet.data.text import DataError, check_input_file, read_binary, read_lines, split_lines
 from odet.evaluation.gec import corpus_gleu, m2_score
 from odet.evaluation.rouge import corpus_rouge
 from odet.evaluation.translation import (
@@ -22,13 +22,19 @@ METRICS = ("bleu", "chrf", "rouge", "gleu", "m2")
 
 
 def read_all_lines(path: str | Path, what: str = "file") -> list[str]:
-    """Every line of a (plain or gzip) file, empty ones included: hypotheses stay aligned."""
+    """Every line of a (plain or gzip) file, empty ones included: hypotheses stay aligned
+    (lines as :func:`~odet.data.text.split_lines` counts them)."""
     path = check_input_file(path, what)
     raw = read_binary(path, what)
-    try:
-        return raw.decode("utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise DataError(f"{what} {path} is not valid UTF-8 (byte {err.start})") from None
+    lines = []
+    for number, line in enumerate(split_lines(raw), start=1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"{what} {path} is not valid UTF-8 (line {number}, byte {err.start})"
+            ) from None
+    return lines
 
 
 def read_scored_lines(path: str | Path, what: str) -> list[str]:

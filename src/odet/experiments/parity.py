@@ -44,6 +44,8 @@ from tqdm.auto import tqdm
 from odet.config import (
     ConfigError,
     check,
+    check_name,
+    check_seed,
     check_types,
     from_dict,
     load_yaml,
@@ -116,7 +118,7 @@ class VariantConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
-        check(bool(self.name.strip()), "VariantConfig.name must not be empty")
+        check_name(self.name, "variant name")
         check(
             self.arclength_weight >= 0,
             f"variant {self.name!r}: arclength_weight must be >= 0, got {self.arclength_weight}",
@@ -144,6 +146,8 @@ class ParityExperimentConfig:
             len(set(self.seeds)) == len(self.seeds),
             f"seeds must be distinct, got {list(self.seeds)}",
         )
+        for seed in (self.seed, *self.seeds):
+            check_seed(seed, "seeds" if seed in self.seeds else "seed")
         names = [v.name for v in self.variants]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         check(not duplicates, f"variant names must be unique; repeated: {duplicates}")

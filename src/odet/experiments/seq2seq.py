@@ -19,8 +19,9 @@ an interruption. ``baselines`` maps a variant to the variant it is compared with
 (default: the first variant). A base config with ``task: lm`` makes a language-model experiment
 (:mod:`odet.experiments.lm`: exact validation loss, paired t-test). After every run the
 translation report is rewritten: ``results.md`` / ``results.csv`` (per variant: parameters,
-updates, wall time, valid BLEU, test BLEU — sacreBLEU and lower-cased tokenized — mean ± std
-over seeds) and ``bleu_vs_time.png`` (validation BLEU against training wall-clock time).
+updates, wall time, valid BLEU, test BLEU — sacreBLEU and lower-cased tokenized — and the
+checkpoint-averaged test decode's wall time, mean ± std over seeds) and ``bleu_vs_time.png``
+(validation BLEU against training wall-clock time).
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ import csv
 import json
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odet.config import check, check_types, from_dict, load_yaml
+import torch
+
+from odet.config import check, check_name, check_seed, check_types, from_dict, load_yaml
 from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, tokenized_bleu
 from odet.evaluation.files import read_all_lines
 from odet.inference import Translator, load_model_and_tokenizers
@@ -62,8 +66,16 @@ class ExperimentConfig:
         check_types(self)
         check(bool(self.variants), "experiment.variants must name at least one variant")
         check(bool(self.seeds), "experiment.seeds must list at least one seed")
+        check(
+            len(set(self.seeds)) == len(self.seeds),
+            f"experiment.seeds must be distinct, got {list(self.seeds)}",
+        )
+        for seed in self.seeds:
+            check_seed(seed, "experiment.seeds")
+        check(bool(self.output_dir.strip()), "experiment.output_dir must name a directory")
         check(self.average_last >= 0, "experiment.average_last must be >= 0")
         for name, sets in self.variants.items():
+            check_name(name, "experiment.variants:")
             check(
                 isinstance(sets, dict) or sets is None,
                 f"experiment.variants.{name} must be a mapping of key: value overrides",
@@ -86,7 +98,7 @@ class ExperimentConfig:
             *self.overrides,
             *(f"{key}={json.dumps(value)}" for key, value in sets.items()),
             f"seed={seed}",
-            f"output_dir={Path(self.output_dir) / variant / f'seed{seed}'}",
+            f"output_dir={json.dumps(str(Path(self.output_dir) / variant / f'seed{seed}'))}",
         ]
 
 
@@ -243,9 +255,15 @@ def _tok_bleu(hyps: list[str], refs: list[str]) -> float:
 
 
 def _averaged_test(config: Any, run: Path, last: int, references: list[str]) -> dict[str, float]:
-    """Average the last checkpoints, decode the test set with the run's search settings."""
+    """Average the last checkpoints, decode the test set with the run's search settings.
+
+    The decode's wall time goes to ``test.avg{last}.time.json`` (seconds, sentences, torch
+    threads) and comes back as ``decode_seconds``: the cost of a method at inference, which a
+    continuous encoder's adaptive depth changes. Runs decoded before it was recorded have none.
+    """
     out = run / f"avg{last}"
     hyp_file = run / f"test.avg{last}.hyp"
+    time_file = run / f"test.avg{last}.time.json"
     if not hyp_file.is_file():
         index = json.loads((run / "checkpoints" / "index.json").read_text())
         if len(index["checkpoints"]) < last:
@@ -254,9 +272,17 @@ def _averaged_test(config: Any, run: Path, last: int, references: list[str]) -> 
             average_checkpoints(run, last, out)
         translator = Translator(*load_model_and_tokenizers(out), config.generation)
         sources = read_all_lines(config.data.path(config.data.test[0]))
-        hyp_file.write_text("\n".join(translator.translate(sources)) + "\n", encoding="utf-8")
+        started = time.perf_counter()
+        hyps = translator.translate(sources)
+        seconds = time.perf_counter() - started
+        timing = {"seconds": seconds, "sentences": len(sources), "threads": torch.get_num_threads()}
+        time_file.write_text(json.dumps(timing) + "\n", encoding="utf-8")
+        hyp_file.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     hyps = read_all_lines(hyp_file)
-    return {"bleu": corpus_bleu(hyps, references).score, "bleu_tok": _tok_bleu(hyps, references)}
+    scores = {"bleu": corpus_bleu(hyps, references).score, "bleu_tok": _tok_bleu(hyps, references)}
+    if time_file.is_file():
+        scores["decode_seconds"] = float(json.loads(time_file.read_text())["seconds"])
+    return scores
 
 
 def _mean_std(values: list[float | None], digits: int = 2) -> str:
@@ -286,6 +312,7 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
                 "test_bleu_tok",
                 "avg_test_bleu",
                 "avg_test_bleu_tok",
+                "avg_test_decode_seconds",
             ]
         )
         for r in results:
@@ -301,6 +328,7 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
                     r.test_bleu_tok,
                     r.averaged.get("bleu"),
                     r.averaged.get("bleu_tok"),
+                    r.averaged.get("decode_seconds"),
                 ]
             )
     lines = [
@@ -320,11 +348,12 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
         "| variant | params | updates | wall time (min) | valid BLEU (greedy) | test BLEU | "
         "test BLEU tok | "
         + (
-            f"avg{config.average_last} BLEU | avg{config.average_last} tok |"
+            f"avg{config.average_last} BLEU | avg{config.average_last} tok | "
+            f"avg{config.average_last} test decode (s) |"
             if config.average_last
             else ""
         ),
-        "|---|---|---|---|---|---|---|" + ("---|---|" if config.average_last else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|---|" if config.average_last else ""),
     ]
     for variant in config.variants:
         rs = [r for r in results if r.variant == variant]
@@ -340,6 +369,7 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
             row += (
                 f" {_mean_std([r.averaged.get('bleu') for r in rs])} |"
                 f" {_mean_std([r.averaged.get('bleu_tok') for r in rs])} |"
+                f" {_mean_std([r.averaged.get('decode_seconds') for r in rs], digits=1)} |"
             )
         lines.append(row)
     lines += _paired_differences(config, results)

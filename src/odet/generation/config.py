@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from odet.config import check, check_types
+from odet.config import check, check_seed, check_types
 from odet.generation.strategies import SearchStrategy, StrategyName, make_strategy
 
 __all__ = ["DECODE_PRECISIONS", "GEMMS", "DecodePrecision", "Gemm", "GenerationConfig"]
@@ -79,6 +79,7 @@ class GenerationConfig:
         check(self.temperature > 0, "generation.temperature must be > 0")
         check(0 < self.top_p <= 1, "generation.top_p must lie in (0, 1]")
         check(self.top_k >= 0, "generation.top_k must be >= 0")
+        check_seed(self.seed, "generation.seed")
         check(
             self.gemm == "torch" or self.precision == "fp32",
             f"generation.gemm onednn multiplies in fp32; it cannot be combined with "

@@ -342,13 +342,22 @@ class Sampling(SearchStrategy):
 
     def select(self, log_probs: Tensor, scores: Tensor, prefixes: Tensor) -> Selection:
         model = log_probs[:, 0]  # (G, V)
-        logits = self.truncate(model / self.temperature)
+        logits = self.truncate(self.temper(model))
         # A row whose every token is banned has nothing to sample; any token keeps score -inf.
         logits = logits.masked_fill(~torch.isfinite(logits).any(-1, keepdim=True), 0.0)
         tokens = torch.multinomial(logits.softmax(-1), 1, generator=self.generator)  # (G, 1)
         return Selection(
             tokens=tokens, origins=torch.zeros_like(tokens), log_probs=model.gather(1, tokens)
         )
+
+    def temper(self, logits: Tensor) -> Tensor:
+        """``(N, V)`` logits divided by the temperature, each row shifted to a maximum of 0
+        first, so that a tiny temperature (or one whose quotient overflows) keeps the best
+        tokens at 0 and sends the others to ``-inf`` instead of making NaNs."""
+        if self.temperature == 1.0:
+            return logits
+        shifted = logits - logits.amax(-1, keepdim=True)
+        return (shifted / self.temperature).masked_fill(shifted == 0, 0.0)
 
     def truncate(self, logits: Tensor) -> Tensor:
         """``(N, V)`` logits with the tokens outside the top-k / top-p sets set to ``-inf``."""

@@ -413,9 +413,7 @@ class CausalLM(nn.Module):
             else:
                 logits = self._decode(out[:, t - 1 : t], state, last=True)
             logits = logits[:, -1].to(torch.promote_types(logits.dtype, torch.float32))
-            if sampling.temperature != 1.0:
-                logits = logits / sampling.temperature
-            logits = sampling.truncate(logits)  # (B, V)
+            logits = sampling.truncate(sampling.temper(logits))  # (B, V)
             token = torch.multinomial(logits.softmax(-1), 1, generator=sampling.generator)
             out[:, t : t + 1] = token  # (B, 1)
         return out

@@ -26,6 +26,7 @@ import yaml
 from odet.config import (
     ConfigError,
     check,
+    check_seed,
     check_types,
     from_dict,
     load_yaml,
@@ -146,7 +147,12 @@ class OptimConfig:
         check(
             all(0.0 <= b < 1.0 for b in self.betas), f"optim.betas must lie in [0, 1): {self.betas}"
         )
+        check(self.eps > 0, f"optim.eps must be > 0, got {self.eps}")
         check(self.warmup_updates >= 0, "optim.warmup_updates must be >= 0")
+        check(
+            self.warmup_init_lr >= 0,
+            f"optim.warmup_init_lr must be >= 0, got {self.warmup_init_lr}",
+        )
         check(0.0 <= self.min_lr_ratio <= 1.0, "optim.min_lr_ratio must lie in [0, 1]")
         check(self.clip_norm >= 0, "optim.clip_norm must be >= 0 (0 disables clipping)")
         check(0.0 <= self.label_smoothing < 1.0, "optim.label_smoothing must lie in [0, 1)")
@@ -252,6 +258,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
+        check(bool(self.output_dir.strip()), "output_dir must name the run directory, got ''")
+        check_seed(self.seed, "seed")
         for key in _FROM_TOKENIZER:
             check(
                 key not in self.model,

@@ -23,7 +23,15 @@ from typing import Any, Literal
 
 import yaml
 
-from odet.config import ConfigError, check, check_types, from_dict, load_yaml, to_dict
+from odet.config import (
+    ConfigError,
+    check,
+    check_seed,
+    check_types,
+    from_dict,
+    load_yaml,
+    to_dict,
+)
 from odet.models import CausalLMConfig
 from odet.nn import TrainPrecision
 from odet.training.config import TrainConfig, apply_overrides
@@ -104,6 +112,7 @@ class LMOptimConfig:
         check(
             all(0.0 <= b < 1.0 for b in self.betas), f"optim.betas must lie in [0, 1): {self.betas}"
         )
+        check(self.eps > 0, f"optim.eps must be > 0, got {self.eps}")
         for key in ("weight_decay", "warmup_updates", "decay_updates", "clip_norm"):
             check(getattr(self, key) >= 0, f"optim.{key} must be >= 0")
 
@@ -171,6 +180,8 @@ class LMTrainConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
+        check(bool(self.output_dir.strip()), "output_dir must name the run directory, got ''")
+        check_seed(self.seed, "seed")
         check("vocab_size" not in self.model, "model.vocab_size is set from the vocabulary")
         model = self.model_config(vocab_size=1)  # validate early
         check(

@@ -120,6 +120,11 @@ def _saved_config(out: Path) -> dict[str, Any] | None:
     return saved
 
 
+def _task(config: dict[str, Any]) -> str:
+    """What a (saved) training config trains, in words."""
+    return "language-model" if config.get("task") == "lm" else "translation"
+
+
 def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Refuse an ``output_dir`` that is a non-empty folder other than an odet run, or a run
     whose saved config differs from ``config`` in keys ``is_resume_safe`` rejects; returns the
@@ -136,6 +141,11 @@ def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, 
             f"{MARKER_NAME}); choose another output_dir (nothing was overwritten)"
         )
     saved = _saved_config(out)
+    if saved is not None and _task(saved) != _task(config):
+        raise DataError(
+            f"output_dir {out} holds a {_task(saved)} run, and this config trains a "
+            f"{_task(config)} one; use a new output_dir (nothing was written)"
+        )
     changes = config_changes(saved, config) if saved is not None else {}
     refused = {k: v for k, v in changes.items() if not is_resume_safe(k)}
     if refused:
