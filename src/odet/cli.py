@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import math
+import re
 import sys
 import traceback
 import typing
@@ -777,6 +778,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _out_of_memory(err: BaseException) -> str | None:
+    """One line for an allocation that failed (host or device memory), else None: what was
+    asked is too large for this machine, a setting to lower rather than a bug in odet."""
+    text = str(err)
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        detail = ""
+    elif isinstance(err, RuntimeError) and "Storage size calculation overflowed" in text:
+        detail = " (a tensor larger than any address space requested)"
+    elif isinstance(err, RuntimeError) and "can't allocate memory" in text:
+        found = re.search(r"allocate (\d+) bytes", text)
+        detail = f" ({int(found.group(1)) / 2**30:.1f} GiB requested)" if found else ""
+    else:
+        return None
+    return (
+        f"out of memory{detail}: ask for less (fewer samples, beams or new tokens, a smaller "
+        "batch or model)"
+    )
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     from odet.config import ConfigError
     from odet.data import DataError
@@ -819,6 +839,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"odet: error: {message}", file=sys.stderr)
         return EXIT_USER_ERROR
     except Exception as err:  # not a user error: a bug, reported with its traceback
+        if (message := _out_of_memory(err)) is not None:
+            print(f"odet: error: {message}", file=sys.stderr)
+            return EXIT_USER_ERROR
         traceback.print_exc()
         print(
             f"odet: internal error (a bug in odet, not in your input): {type(err).__name__}; "

@@ -653,6 +653,12 @@ CASES: list[Case] = [
             ("--max-len-a", "-1", [], r"max.len"),
             ("--max-len-b", "0", ["--max-len-a", "0"], r"max.len"),
             ("--min-len", "20", ["--max-len-a", "0", "--max-len-b", "5"], r"min.len"),
+            (
+                "--min-len",
+                "60",
+                ["--max-len-a", "1", "--max-len-b", "2"],
+                r"min_len 60 exceeds the output length limit \d+ of input line \d",
+            ),
             ("--min-len", "-1", [], r"min.len.*>= 0"),
             ("--no-repeat-ngram-size", "-2", [], r"no.repeat.ngram"),
             ("--seed", "-1", ["--strategy", "sample"], r"seed.*must (lie|be) in \[0, 4294967295\]"),
@@ -705,6 +711,9 @@ CASES: list[Case] = [
             ("--top-p", "0", r"top.p.*\(0, 1\]"),
             ("--top-k", "0", r"top.k.*>= 1"),
             ("--max-new-tokens", "-1", r"max.new.tokens.*>= 0"),
+            # more than any address space holds: an allocation failure is one line, not a bug
+            ("--max-new-tokens", str(2**58), r"out of memory \(\d+\.\d GiB requested\)"),
+            ("--max-new-tokens", str(2**61), r"out of memory \(a tensor larger than any"),
             ("--seed", "-1", r"seed.*must (lie|be) in \[0, 4294967295\]"),
             ("--seed", str(2**70), r"seed.*must (lie|be) in \[0, 4294967295\]"),
             ("--num-samples", "0", r"num.samples.*>= 1"),

@@ -124,3 +124,11 @@ def test_jfleg_dev_m2_edits_reproduce_the_references(shared_data: Path) -> None:
         )
     assert exact == [582, 582, 612, 605]
     assert caseless == [726, 727, 729, 727]
+
+
+def test_only_newline_ends_a_line_so_unicode_separators_stay_in_their_sentence() -> None:
+    block = "S a\u2028b \x85 c\x1c .\r\nA 0 1|||R:X|||x|||REQUIRED|||-NONE-|||0\r\n\n"
+    (sentence,) = parse_m2(block)  # splitlines would make 4 lines of the S line: no A after S
+    assert sentence.edits == (M2Edit(0, 1, "R:X", ("x",), 0),)
+    with pytest.raises(M2FormatError, match=r"<string>:5:"):  # the separators shift no line
+        parse_m2(block + "S d .\nA 9 9|||M|||y\n")

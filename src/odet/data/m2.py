@@ -180,8 +180,9 @@ def parse_m2(
             sentences.append(M2Sentence(source, tuple(edits)))
         source, edits = None, []
 
-    for line_number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.rstrip("\r\n")
+    # "\n" only: str.splitlines would also end a line at U+2028, \x1c or \x85 inside a sentence
+    for line_number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
         if not line.strip():
             flush()
         elif line.startswith("S ") or line == "S":

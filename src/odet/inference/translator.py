@@ -109,26 +109,18 @@ class Translator:
             return outputs
         encoded = self.encode([sentences[i] for i in todo])
         self.report.truncated_lines = [todo[j - 1] + 1 for j in self.report.truncated_lines]
-        order = sorted(range(len(todo)), key=lambda j: len(encoded[j]))
+        batches = self._batches(encoded)
+        self._check_min_len(encoded, batches, todo)
         strategy = self.config.make_strategy()
         model = self._inference_model()
         device = next(model.parameters()).device
         with tqdm(total=len(todo), desc="generating", unit="sent", disable=not progress) as bar:
-            start = 0
-            while start < len(order):
-                stop = start + 1
-                while (
-                    stop < len(order)
-                    and (stop - start + 1) * len(encoded[order[stop]]) <= self.config.batch_tokens
-                ):
-                    stop += 1
-                rows = order[start:stop]
+            for rows in batches:
                 src = pad_tokens([encoded[j] for j in rows]).to(device)
-                max_len = int(self.config.max_len_a * src.shape[1] + self.config.max_len_b)
                 nbest = model.search(
                     src,
                     strategy,
-                    max_len,
+                    self._max_len(src.shape[1]),
                     min_len=self.config.min_len,
                     compile=self.config.compile,
                 )
@@ -136,8 +128,45 @@ class Translator:
                     tokens = hyps[0].tokens if hyps else []
                     outputs[todo[j]] = self.tokenizers.target.decode(tokens)
                 bar.update(len(rows))
-                start = stop
         return outputs
+
+    def _batches(self, encoded: list[list[int]]) -> list[list[int]]:
+        """Indices into ``encoded`` grouped by length, at most ``batch_tokens`` padded tokens
+        per group (a longer sentence alone)."""
+        order = sorted(range(len(encoded)), key=lambda j: len(encoded[j]))
+        batches, start = [], 0
+        while start < len(order):
+            stop = start + 1
+            while (
+                stop < len(order)
+                and (stop - start + 1) * len(encoded[order[stop]]) <= self.config.batch_tokens
+            ):
+                stop += 1
+            batches.append(order[start:stop])
+            start = stop
+        return batches
+
+    def _max_len(self, source_length: int) -> int:
+        """The output length limit for a batch of padded source length ``source_length`` (EOS
+        included), as the model's search applies it (capped by the position table)."""
+        limit = int(self.config.max_len_a * source_length + self.config.max_len_b)
+        return min(limit, self.model.config.max_positions - 1)
+
+    def _check_min_len(
+        self, encoded: list[list[int]], batches: list[list[int]], todo: list[int]
+    ) -> None:
+        """Refuse, before decoding anything, a ``min_len`` above some batch's length limit."""
+        for rows in batches:
+            length = max(len(encoded[j]) for j in rows)
+            if self.config.min_len > (limit := self._max_len(length)):
+                line = todo[max(rows, key=lambda j: len(encoded[j]))] + 1
+                raise ValueError(
+                    f"generation.min_len {self.config.min_len} exceeds the output length limit "
+                    f"{limit} of input line {line} (max_len_a {self.config.max_len_a} x "
+                    f"{length} source tokens + max_len_b {self.config.max_len_b}, at most "
+                    f"max_positions - 1 = {self.model.config.max_positions - 1}): lower the "
+                    "minimum or raise the limit"
+                )
 
     def _inference_model(self) -> Seq2Seq:
         return inference_model(self.model, self.config.precision, self.config.gemm)
