@@ -157,9 +157,10 @@ class Translator:
     ) -> None:
         """Refuse, before decoding anything, a ``min_len`` above some batch's length limit."""
         for rows in batches:
-            length = max(len(encoded[j]) for j in rows)
+            longest = rows[-1]  # a batch is in order of length
+            length = len(encoded[longest])
             if self.config.min_len > (limit := self._max_len(length)):
-                line = todo[max(rows, key=lambda j: len(encoded[j]))] + 1
+                line = todo[longest] + 1
                 raise ValueError(
                     f"generation.min_len {self.config.min_len} exceeds the output length limit "
                     f"{limit} of input line {line} (max_len_a {self.config.max_len_a} x "
