@@ -75,6 +75,17 @@ def _matches(value: Any, tp: Any) -> bool:
     return True
 
 
+INT_MAX = 2**63 - 1
+"""The largest integer setting: torch, NumPy and the tokenizers take 64-bit integers."""
+
+
+def _out_of_range(value: Any) -> bool:
+    """Whether ``value`` is, or is a tuple/list holding, an int beyond 64 bits."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not -INT_MAX - 1 <= value <= INT_MAX
+    return isinstance(value, tuple | list) and any(_out_of_range(v) for v in value)
+
+
 def _non_finite(value: Any) -> bool:
     """Whether ``value`` is, or is a tuple/list holding, a NaN or infinite float."""
     if isinstance(value, float):
@@ -86,7 +97,8 @@ def check_types(obj: Any) -> None:
     """Raise ``ConfigError`` if a field of dataclass ``obj`` does not match its annotation.
 
     Ints are accepted (and converted) where floats are expected; bools are never ints; a float
-    (alone or in a tuple or list) must be finite: no setting means NaN or infinity.
+    (alone or in a tuple or list) must be finite: no setting means NaN or infinity; an int must
+    fit in 64 bits (no setting is larger, and torch cannot take it).
     """
     hints = typing.get_type_hints(type(obj))
     name = type(obj).__name__
@@ -100,6 +112,11 @@ def check_types(obj: Any) -> None:
             )
         if tp is not Any and _non_finite(value):
             raise ConfigError(f"{name}.{f.name} = {value!r} is invalid; expected a finite number")
+        if tp is not Any and _out_of_range(value):
+            raise ConfigError(
+                f"{name}.{f.name} = {value!r} is invalid; expected an int of at most 64 bits "
+                "(|value| < 2**63)"
+            )
         if tp is float and isinstance(value, int):
             object.__setattr__(obj, f.name, float(value))
 
@@ -118,6 +135,20 @@ SEED_MAX = 2**32 - 1
 def check_seed(seed: int, key: str) -> None:
     """Raise ``ConfigError`` unless ``seed`` (the value of ``key``) lies in ``[0, SEED_MAX]``."""
     check(0 <= seed <= SEED_MAX, f"{key} must lie in [0, {SEED_MAX}], got {seed}")
+
+
+MAX_THREADS = 1024
+"""The most CPU threads a setting may ask for: more than any CPU odet runs on has; far more
+crashes torch's thread pool (a segmentation fault at 10**6)."""
+
+
+def check_threads(threads: int, key: str) -> None:
+    """Raise ``ConfigError`` unless ``threads`` (the value of ``key``) lies in
+    ``[0, MAX_THREADS]`` (0: torch's default)."""
+    check(
+        0 <= threads <= MAX_THREADS,
+        f"{key} must lie in [0, {MAX_THREADS}] (0: torch's default), got {threads}",
+    )
 
 
 def check_name(name: object, key: str) -> None:

@@ -446,6 +446,12 @@ CASES: list[Case] = [
             ("negative warmup_init_lr", {"optim": {"warmup_init_lr": -1.0}}, r"warmup_init_lr"),
             ("negative seed", {"seed": -1}, r"seed.*must (lie|be) in \[0, 4294967295\]"),
             ("seed beyond 2**32", {"seed": 2**32}, r"seed.*must (lie|be) in \[0, 4294967295\]"),
+            ("an int beyond 64 bits", {"model": {"ffn_dim": 2**70}}, r"ffn_dim = \d+ .*64 bits"),
+            (
+                "more threads than torch's pool takes",
+                {"train": {"threads": 10**6}},
+                r"train\.threads must lie in \[0, 1024\]",
+            ),
             (
                 "infinite generation temperature",
                 {"generation": {"temperature": math.inf}},
@@ -533,6 +539,18 @@ CASES: list[Case] = [
         lambda e: ["train", e.config(data={"max_source_tokens": 1, "max_target_tokens": 1})],
         r"length filter|max_source_tokens",
         ("out",),
+    ),
+    Case(
+        "train",
+        "lm more threads than torch's pool takes",
+        lambda e: ["train", e.lm_config(train={"threads": 100_000})],
+        r"train\.threads must lie in \[0, 1024\]",
+    ),
+    Case(
+        "train",
+        "lm an int beyond 64 bits",
+        lambda e: ["train", e.lm_config(model={"block_size": 2**70})],
+        r"block_size = \d+ .*64 bits",
     ),
     Case(
         "train",

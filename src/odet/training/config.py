@@ -27,6 +27,7 @@ from odet.config import (
     ConfigError,
     check,
     check_seed,
+    check_threads,
     check_types,
     from_dict,
     load_yaml,
@@ -193,7 +194,7 @@ class LoopConfig:
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """Under ``torchrun``: replicate (DDP) or shard (FSDP) the model."""
     threads: int = 0
-    """CPU threads for torch (0: torch's default)."""
+    """CPU threads for torch (0: torch's default; at most 1024)."""
     save_every_updates: int = 0
     """Also checkpoint every this many updates (0: at epoch ends only)."""
     keep_last: int = 3
@@ -222,11 +223,11 @@ class LoopConfig:
             "max_sentences",
             "max_updates",
             "max_minutes",
-            "threads",
             "save_every_updates",
             "patience",
         ):
             check(getattr(self, key) >= 0, f"train.{key} must be >= 0 (0 disables it)")
+        check_threads(self.threads, "train.threads")
         check(self.keep_last >= 1, "train.keep_last must be >= 1")
         check(self.max_bad_updates >= 1, "train.max_bad_updates must be >= 1")
         check(self.log_every >= 1, "train.log_every must be >= 1")

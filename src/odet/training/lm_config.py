@@ -27,6 +27,7 @@ from odet.config import (
     ConfigError,
     check,
     check_seed,
+    check_threads,
     check_types,
     from_dict,
     load_yaml,
@@ -137,7 +138,7 @@ class LMLoopConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto``: CUDA when available."""
     threads: int = 0
-    """CPU threads for torch (0: torch's default)."""
+    """CPU threads for torch (0: torch's default; at most 1024)."""
     save_every_updates: int = 0
     """Also checkpoint every this many updates (0: at the end only)."""
     keep_last: int = 3
@@ -152,8 +153,9 @@ class LMLoopConfig:
     def __post_init__(self) -> None:
         check_types(self)
         check(self.max_updates >= 1, f"train.max_updates must be >= 1, got {self.max_updates}")
-        for key in ("max_minutes", "eval_interval", "threads", "save_every_updates"):
+        for key in ("max_minutes", "eval_interval", "save_every_updates"):
             check(getattr(self, key) >= 0, f"train.{key} must be >= 0 (0 disables it)")
+        check_threads(self.threads, "train.threads")
         check(self.keep_last >= 1, "train.keep_last must be >= 1")
         check(self.max_bad_updates >= 1, "train.max_bad_updates must be >= 1")
         check(self.log_every >= 1, "train.log_every must be >= 1")
