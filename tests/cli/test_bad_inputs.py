@@ -626,6 +626,24 @@ CASES: list[Case] = [
         lambda e: ["generate", _corrupt_index(e), "-i", e.text("in")],
         r"holds no checkpoint that verifies",
     ),
+    *[
+        Case(
+            "generate",
+            f"checksums.json {kind}",
+            lambda e, table=table: ["generate", _checksums(e, table), "-i", e.text("in")],
+            r"checksums\.json is corrupt: not a table of file name: SHA-256",
+        )
+        for kind, table in [
+            ("a list", [1, 2]),
+            ("a name outside the checkpoint", {"../config.json": "00"}),
+        ]
+    ],
+    Case(
+        "generate",
+        "train_config.yaml not a mapping",
+        lambda e: ["generate", _metadata(e, "train_config.yaml", "- 1\n"), "-i", e.text("in")],
+        r"train_config\.yaml is not a training config \(a list, not a mapping\)",
+    ),
     Case(
         "generate",
         "output is the input",
@@ -916,6 +934,13 @@ CASES: list[Case] = [
         "truncated checkpoint",
         lambda e: ["average", _truncated_in_run(e), "--last", "2", "--out", str(e.tmp / "avg")],
         r"model\.safetensors.*(truncated|corrupt)",
+        ("runcopy",),
+    ),
+    Case(
+        "average",
+        "checksums.json a list",
+        lambda e: ["average", _checksums(e), "--last", "1", "--out", str(e.tmp / "avg")],
+        r"checksums\.json is corrupt: not a table",
         ("runcopy",),
     ),
     Case(
@@ -1616,6 +1641,22 @@ def _corrupt_index(e: Env) -> str:
         if child.is_dir():
             shutil.rmtree(child)
     return str(run)
+
+
+def _checksums(e: Env, table: object = (1, 2)) -> str:
+    """A copy of the run whose last checkpoint's ``checksums.json`` is ``table`` (valid JSON)."""
+    run = Path(_run_copy(e))
+    (checkpoint_of(run) / "checksums.json").write_text(json.dumps(table))
+    return str(run)
+
+
+def _metadata(e: Env, name: str, text: str) -> str:
+    """A copy of the run's last checkpoint with ``name`` replaced by ``text`` (checksums
+    right)."""
+    path = copy_checkpoint(e.run, e.tmp / "meta")
+    (path / name).write_text(text)
+    _refresh_checksums(path)
+    return str(path)
 
 
 def _truncated_in_run(e: Env, which: str = "last") -> str:

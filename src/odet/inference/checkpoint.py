@@ -117,6 +117,11 @@ def usable_index(root: Path) -> dict[str, Any]:
         return index
 
 
+def _is_file_name(name: str) -> bool:
+    """Whether ``name`` names a file inside a checkpoint directory (no path, not ``..``)."""
+    return bool(name) and name not in (".", "..") and not set(name) & {"/", "\\", "\0"}
+
+
 def verify_checkpoint(path: Path) -> None:
     """Raise ``CheckpointError`` unless every file matches its recorded SHA-256."""
     sums_file = path / CHECKSUMS_NAME
@@ -126,6 +131,10 @@ def verify_checkpoint(path: Path) -> None:
         sums = json.loads(sums_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{sums_file} is corrupt: {err}") from None
+    if not isinstance(sums, dict) or not all(
+        isinstance(n, str) and _is_file_name(n) and isinstance(v, str) for n, v in sums.items()
+    ):
+        raise CheckpointError(f"{sums_file} is corrupt: not a table of file name: SHA-256")
     for name, expected in sums.items():
         file = path / name
         if not file.is_file():

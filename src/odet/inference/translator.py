@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 from tqdm import tqdm
 
 from odet.config import from_dict, parse_yaml
 from odet.data import TokenizerPair, pad_tokens
 from odet.generation import DecodePrecision, Gemm, GenerationConfig
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
-from odet.models import Seq2Seq
+from odet.models import CheckpointError, Seq2Seq
 from odet.nn.onednn import onednn_copy
 from odet.nn.quantization import int8_copy
 
@@ -210,5 +211,12 @@ def generation_defaults(path: str | Path, which: str = "best") -> GenerationConf
     config_file = resolve_model_dir(path, which) / CONFIG_NAME
     if not config_file.is_file():
         return GenerationConfig()
-    data = parse_yaml(config_file.read_text(encoding="utf-8")) or {}
+    try:
+        data = parse_yaml(config_file.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{config_file} is corrupt: {type(err).__name__}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(
+            f"{config_file} is not a training config (a {type(data).__name__}, not a mapping)"
+        )
     return from_dict(GenerationConfig, data.get("generation") or {}, where="generation")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from odet.inference.checkpoint import (
@@ -189,8 +191,17 @@ def load_checkpoint(path: Path) -> Checkpoint:
         state = TrainerState(**json.loads((path / STATE_NAME).read_text(encoding="utf-8")))
         blob = torch.load(path / OPTIMIZER_NAME, weights_only=True, map_location="cpu")
         rng = load_file(str(path / RNG_NAME))
-    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as err:
-        raise CheckpointError(f"{path} cannot be read: {err}") from None
+    except (
+        OSError,
+        ValueError,
+        TypeError,
+        KeyError,
+        RuntimeError,
+        pickle.UnpicklingError,
+        SafetensorError,
+    ) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path} cannot be read: {reason}") from None
     if "torch" not in rng:
         raise CheckpointError(f"{path} cannot be read: {RNG_NAME} holds no 'torch' state")
     return Checkpoint(

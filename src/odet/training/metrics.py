@@ -23,14 +23,17 @@ class MetricsLog:
             handle.write(json.dumps(record) + "\n")
 
     def read(self) -> list[dict[str, Any]]:
+        """The records (JSON objects) of the log; a line that is not one is left out."""
         if not self.path.is_file():
             return []
         records = []
         for line in self.path.read_text(encoding="utf-8").splitlines():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a crash
+            if isinstance(record, dict):
+                records.append(record)
         return records
 
     def truncate_after(self, step: int) -> None:
