@@ -80,9 +80,37 @@ def _blocking_file(path: Path) -> Path | None:
     return None
 
 
+RUN_FILES = frozenset(
+    {".odet-run", OUTPUT_MARKER, "config.yaml", "metrics.jsonl", "summary.json", "train.log"}
+)
+"""The files of a training run (``training.run_dir``) that resuming and reading it need."""
+
+
+def _odet_owned(path: Path) -> str | None:
+    """What writing ``path`` would do to odet's files: write into a saved model or
+    checkpoint (a directory with ``checksums.json``, or ``config.json`` and
+    ``model.safetensors``), inside a run's ``checkpoints/`` or ``tokenizer/``, or one of a run's
+    own ``RUN_FILES``; else ``None``."""
+    path = path.resolve()
+    parent = path.parent
+    if (parent / ".odet-run").is_file() and path.name in RUN_FILES:
+        return f"overwrite {path.name} of the training run {parent}"
+    for directory in path.parents:
+        if (directory / "checksums.json").is_file() or (
+            (directory / "config.json").is_file() and (directory / "model.safetensors").is_file()
+        ):
+            return f"write into the model checkpoint {directory}"
+        if directory.name in ("checkpoints", "tokenizer") and (
+            (directory.parent / ".odet-run").is_file() or (directory / "index.json").is_file()
+        ):
+            return f"write into {directory.name}/ of the training run {directory.parent}"
+    return None
+
+
 def check_output_file(path: PathLike, flag: str, inputs: tuple[PathLike, ...] = ()) -> Path:
-    """Refuse an output file that is a directory, one of ``inputs``, or lies under a regular
-    file; an existing file is overwritten (atomically) as asked. Nothing is written."""
+    """Refuse an output file that is a directory, one of ``inputs``, lies under a regular file,
+    or lies in a model checkpoint or a run's bookkeeping (``_odet_owned``); another existing file
+    is overwritten (atomically) as asked. Nothing is written."""
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{flag} {path} is a directory; give a file name")
@@ -94,6 +122,9 @@ def check_output_file(path: PathLike, flag: str, inputs: tuple[PathLike, ...] = 
     for source in inputs:
         if Path(source).exists() and path.resolve() == Path(source).resolve():
             raise OutputPathError(f"{flag} {path} is an input file; refusing to overwrite it")
+    owner = _odet_owned(path)
+    if owner is not None:
+        raise OutputPathError(f"{flag} {path} would {owner}; refusing (give a path outside it)")
     return path
 
 

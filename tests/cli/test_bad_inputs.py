@@ -650,6 +650,43 @@ CASES: list[Case] = [
         lambda e: ["generate", str(e.run), "-i", e.text("in"), "-o", str(e.tmp / "in")],
         r"refusing to overwrite",
     ),
+    *[
+        Case(
+            "generate",
+            f"output onto {where}",
+            lambda e, inside=inside: [
+                "generate",
+                _run_copy(e),
+                "-i",
+                e.text("in"),
+                "-o",
+                str(inside(Path(e.tmp / "runcopy"))),
+            ],
+            pattern,
+        )
+        for where, inside, pattern in [
+            (
+                "the weights it reads",
+                lambda run: checkpoint_of(run) / "model.safetensors",
+                r"model\.safetensors would write into the model checkpoint .*step_\d+; refusing",
+            ),
+            (
+                "the run's checkpoint index",
+                lambda run: run / "checkpoints" / "index.json",
+                r"would write into checkpoints/ of the training run .*runcopy; refusing",
+            ),
+            (
+                "the run's metrics",
+                lambda run: run / "metrics.jsonl",
+                r"would overwrite metrics\.jsonl of the training run .*runcopy; refusing",
+            ),
+            (
+                "the run's tokenizer",
+                lambda run: run / "tokenizer" / "tokenizer.model",
+                r"would write into tokenizer/ of the training run",
+            ),
+        ]
+    ],
     Case(
         "generate",
         "output is a directory",
@@ -1515,6 +1552,18 @@ CASES: list[Case] = [
     ),
     Case(
         "prepare",
+        "lead --out into a checkpoint",
+        lambda e: [
+            "prepare",
+            "lead",
+            e.jsonl(),
+            "--out",
+            str(checkpoint_of(Path(_run_copy(e))) / "config.json"),
+        ],
+        r"config\.json would write into the model checkpoint",
+    ),
+    Case(
+        "prepare",
         "lead --out is a directory",
         lambda e: ["prepare", "lead", e.jsonl(), "--out", e.dir("outdir")],
         r"outdir.*is a directory",
@@ -1588,6 +1637,12 @@ CASES: list[Case] = [
         "docs --out is a directory",
         lambda e: ["config", "docs", "--out", e.dir("outdir")],
         r"outdir.*is a directory",
+    ),
+    Case(
+        "config",
+        "docs --out onto a run's config",
+        lambda e: ["config", "docs", "--out", str(Path(_run_copy(e)) / "config.yaml")],
+        r"would overwrite config\.yaml of the training run",
     ),
     Case(
         "config",
