@@ -1145,6 +1145,30 @@ CASES: list[Case] = [
         )
         for name in ("../escaped", "a/b", "..", "")
     ],
+    *[
+        Case(
+            "experiment",
+            f"{where} sets {key}",
+            lambda e, keys=keys, argv=argv: [
+                "experiment",
+                e.experiment(**keys),
+                *argv,
+                "--no-progress",
+            ],
+            rf"{re.escape(where)} sets '{key}', which the experiment sets for every run",
+        )
+        for where, key, keys, argv in [
+            ("experiment.variants.euler", "seed", {"variants": {"euler": {"seed": 5}}}, []),
+            (
+                "experiment.variants.euler",
+                "output_dir",
+                {"variants": {"euler": {"output_dir": "elsewhere"}}},
+                [],
+            ),
+            ("experiment.overrides (--set)", "seed", {"overrides": ["seed=4"]}, []),
+            ("experiment.overrides (--set)", "output_dir", {}, ["--set", "output_dir=x"]),
+        ]
+    ],
     Case(
         "experiment",
         "negative average_last",

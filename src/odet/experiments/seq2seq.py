@@ -80,6 +80,10 @@ class ExperimentConfig:
                 isinstance(sets, dict) or sets is None,
                 f"experiment.variants.{name} must be a mapping of key: value overrides",
             )
+            for key in sets or {}:
+                _check_not_per_run(str(key), f"experiment.variants.{name}")
+        for override in self.overrides:
+            _check_not_per_run(override.split("=", 1)[0].strip(), "experiment.overrides (--set)")
         for name, baseline in self.baselines.items():
             for role, value in (("variant", name), ("baseline", baseline)):
                 check(
@@ -118,10 +122,24 @@ class RunResult:
     references: list[str] | None = field(default=None, repr=False)
 
 
+PER_RUN_KEYS = ("seed", "output_dir")
+"""What an experiment sets for each run itself (from ``seeds`` and ``output_dir``)."""
+
+
+def _check_not_per_run(key: str, where: str) -> None:
+    """Refuse an override of a key the experiment sets per run: it would be silently lost."""
+    check(
+        key not in PER_RUN_KEYS,
+        f"{where} sets {key!r}, which the experiment sets for every run (its seeds and "
+        "output_dir/<variant>/seed<k>); use experiment.seeds or experiment.output_dir",
+    )
+
+
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     data = load_yaml(path)
     if overrides:
-        data = {**data, "overrides": [*data.get("overrides", []), *overrides]}
+        saved = data.get("overrides", [])
+        data = {**data, "overrides": [*saved, *overrides] if isinstance(saved, list) else saved}
     return from_dict(ExperimentConfig, data, where="experiment")
 
 
