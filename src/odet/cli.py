@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from odet.config import SEED_MAX
+from odet.config import INT_MAX, SEED_MAX
 from odet.runtime import keep_freed_memory
 
 EXIT_USER_ERROR = 2
@@ -435,7 +435,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an integer ``>= low`` (and ``<= high`` when given)."""
+    """An argparse type: an integer ``>= low`` (and ``<= high`` when given; always of at most 64
+    bits, which is all torch takes)."""
     interval = f">= {low}" if high is None else f"in [{low}, {high}]"
 
     def parse(text: str) -> int:
@@ -445,6 +446,10 @@ def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
         if value < low or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"must be {interval}, got {value}")
+        if value > INT_MAX:
+            raise argparse.ArgumentTypeError(
+                f"must be {interval} and of at most 64 bits (< 2**63), got {value}"
+            )
         return value
 
     parse.__name__ = f"int {interval}"

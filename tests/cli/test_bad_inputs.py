@@ -790,6 +790,7 @@ CASES: list[Case] = [
             ("--seed", "-1", r"seed.*must (lie|be) in \[0, 4294967295\]"),
             ("--seed", str(2**70), r"seed.*must (lie|be) in \[0, 4294967295\]"),
             ("--num-samples", "0", r"num.samples.*>= 1"),
+            ("--num-samples", str(2**70), r"--num-samples: must be >= 1 and of at most 64 bits"),
         ]
     ],
     Case(
