@@ -232,6 +232,18 @@ def test_every_flag_of_every_command_has_help_and_odet_data_knows_every_dataset(
     assert not missing
     assert sorted(DATA_CHOICES) == sorted(["list", *DATASETS])
     assert "(default: 5)" in sub.choices["average"].format_help()
+    # flags refused outside their mode default to None in the parser; --help still says the default
+    helps = {name: " ".join(command.format_help().split()) for name, command in sub.choices.items()}
+    for name, default in [
+        ("generate", "run directory (default: best)"),
+        ("sample", "run directory (default: last)"),
+        ("data", "(default: data)"),
+        ("prepare", "noise seed (default: 1)"),
+        ("prepare", "words or turns (default: 23)"),
+        ("prepare", "count words or turns (default: words)"),
+        ("prepare", "draws from (default: 30000)"),
+    ]:
+        assert default in helps[name], (name, default)
 
 
 def test_an_internal_error_keeps_its_traceback_and_says_it_is_a_bug(monkeypatch, capsys):

@@ -27,6 +27,32 @@ EXIT_TRAINING_FAILED = 1
 EXIT_INTERNAL_ERROR = 70
 RUN = "(default: the run's generation section)"
 """How ``odet generate``'s search flags default: to what the run was validated with."""
+PREPARE_DEFAULTS: dict[str, object] = {
+    "seed": 1,
+    "copies": 1,
+    "join": 1,
+    "substitute": 0.0,
+    "vocabulary": 30_000,
+    "n": 23,
+    "unit": "words",
+}
+"""``odet prepare``'s defaults, applied after the check that every flag given applies to the
+task (the parser's defaults are ``None`` so that a flag given can be told from a default)."""
+PREPARE_FLAGS: dict[str, tuple[str, ...]] = {
+    "gec": ("seed", "copies", "join", "substitute", "vocabulary"),
+    "m2": ("annotator",),
+    "dialogsum": (),
+    "lead": ("n", "unit"),
+}
+"""The flags of each ``odet prepare`` task (by ``dest``); any other given is refused."""
+SEARCH_FLAGS: dict[str, tuple[str, ...]] = {
+    "beam": ("beam", "lenpen", "no_repeat_ngram_size"),
+    "sample": ("temperature", "top_k", "top_p", "seed"),
+}
+"""``odet generate``'s flags that only one strategy reads (by ``dest``): greedy reads none of
+them, and one hypothesis per sentence makes the length penalty moot outside beam search."""
+DATA_OUT = "data"
+"""``odet data NAME``'s output directory when ``--out`` is not given."""
 DATA_CHOICES = ["list", "dialogsum", "jfleg", "multi30k", "tinyshakespeare"]
 """``odet data NAME``: ``list`` and every dataset of ``odet.data.DATASETS`` (a test keeps them in
 step; the parser does not import the data package)."""
@@ -75,10 +101,29 @@ def _say_complete(run: Path, steps: int) -> int:
     return 0
 
 
+def _refuse_unused(given: dict[str, object], applies: str, mode: str) -> None:
+    """Refuse a flag given explicitly (not ``None``/``False``) that does nothing in ``mode``: a
+    setting silently ignored hides a mistake. ``applies`` says where it does act."""
+    for flag, value in given.items():
+        if value is not None and value is not False:
+            raise ValueError(f"{flag} applies {applies} only; it has no effect {mode}")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from odet.inference import Translator, generation_defaults, resolve_model_dir
+    from odet.inference.checkpoint import is_model_dir
+
+    if args.checkpoint is not None and is_model_dir(args.model):
+        raise ValueError(
+            f"--checkpoint applies to a run directory only; it has no effect with {args.model}, "
+            "which is itself a checkpoint"
+        )
 
     flags = {
         "strategy": args.strategy,
@@ -104,8 +149,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         check_output_file(args.output, "--output", inputs)
     from_file = args.input not in (None, "-")
     lines, invalid = _read_input(args.input) if from_file else ([], 0)
-    model_dir = resolve_model_dir(args.model, args.checkpoint)  # once: it verifies checksums
+    model_dir = resolve_model_dir(args.model, args.checkpoint or "best")  # once: it verifies
     defaults = generation_defaults(model_dir)
+    _check_search_flags(args, defaults.strategy)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
     translator = Translator.from_checkpoint(model_dir, config=config)
     if not from_file:  # stdin is read once the model is known to load
@@ -123,6 +169,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"odet: warning: {note}", file=sys.stderr)
     return 0
+
+
+def _check_search_flags(args: argparse.Namespace, default: str) -> None:
+    """Refuse the search flags that the strategy chosen (``--strategy``, else the model's
+    ``default``) does not read."""
+    strategy = args.strategy or default
+    mode = f"with --strategy {strategy}"
+    if args.strategy is None:
+        mode += " (the model's default; choose another with --strategy)"
+    for applies, dests in SEARCH_FLAGS.items():
+        if applies != strategy:
+            given = {_flag(d): vars(args)[d] for d in dests}
+            _refuse_unused(given, f"to --strategy {applies}", mode)
 
 
 @contextmanager
@@ -171,9 +230,15 @@ def _read_input(path: str | None) -> tuple[list[str], int]:
 def cmd_sample(args: argparse.Namespace) -> int:
     import torch
 
+    from odet.inference.checkpoint import is_model_dir
     from odet.training.lm import load_lm
 
-    model, vocab = load_lm(args.checkpoint, args.which)
+    if args.which is not None and is_model_dir(args.checkpoint):
+        raise ValueError(
+            f"--which applies to a run directory only; it has no effect with {args.checkpoint}, "
+            "which is itself a checkpoint"
+        )
+    model, vocab = load_lm(args.checkpoint, args.which or "last")
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     ids = vocab.encode(prompt) or vocab.encode("\n" if "\n" in vocab.chars else vocab.chars[0])
     prompt_ids = torch.tensor([ids] * args.num_samples, dtype=torch.long)
@@ -198,6 +263,18 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from odet.evaluation.files import evaluate_files
 
+    mode = f"with --metric {args.metric}"
+    if args.metric != "bleu":
+        given = {"--tokenized": args.tokenized, "--lowercase": args.lowercase}
+        _refuse_unused(given, "to --metric bleu", mode)
+    if args.metric != "gleu":
+        _refuse_unused({"--src": args.src}, "to --metric gleu", mode)
+    if args.tokenized:
+        _refuse_unused(
+            {"--lowercase": args.lowercase},
+            "to untokenized BLEU",
+            "with --tokenized, which lower-cases already",
+        )
     result = evaluate_files(
         args.metric,
         args.hyp,
@@ -226,11 +303,14 @@ def cmd_data(args: argparse.Namespace) -> int:
     from odet.data import DATASETS, prepare_dataset
 
     if args.name == "list":
+        given = {"--out": args.out, "--data-dir": args.data_dir}
+        _refuse_unused(given, "to odet data NAME (a dataset)", "with odet data list")
         for name, spec in DATASETS.items():
             print(f"{name:10s} {spec.description}\n{'':10s} licence: {spec.licence}")
         return 0
-    files = prepare_dataset(args.name, args.out, args.data_dir, progress=not args.no_progress)
-    print(f"{args.name}: {len(files)} file(s) verified in {args.out}")
+    out = DATA_OUT if args.out is None else args.out
+    files = prepare_dataset(args.name, out, args.data_dir, progress=not args.no_progress)
+    print(f"{args.name}: {len(files)} file(s) verified in {out}")
     return 0
 
 
@@ -342,6 +422,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from odet.tasks.gec import build_gec_data, english_words, m2_to_parallel
     from odet.tasks.summarization import Lead, read_dialogsum, write_dialogsum_lines
 
+    for task, dests in PREPARE_FLAGS.items():
+        if task != args.task:
+            given = {_flag(d): vars(args)[d] for d in dests if d not in PREPARE_FLAGS[args.task]}
+            _refuse_unused(given, f"to odet prepare {task}", f"with odet prepare {args.task}")
+    if args.task == "gec" and not args.substitute:
+        _refuse_unused({"--vocabulary": args.vocabulary}, "with --substitute above 0", "without it")
+    for dest, default in PREPARE_DEFAULTS.items():
+        if vars(args)[dest] is None:
+            vars(args)[dest] = default
     if args.task != "gec" and len(args.inputs) != 1:
         raise ValueError(
             f"odet prepare {args.task} takes one input file, got {len(args.inputs)}: {args.inputs}"
@@ -381,6 +470,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     from odet.reference import configuration_reference, resolved_config_yaml
 
+    given = (
+        {"--out": args.out, "--check": args.check}
+        if args.action == "show"
+        else {"CONFIG": args.config, "--set": args.set}
+    )
+    other = "docs" if args.action == "show" else "show"
+    _refuse_unused(given, f"to odet config {other}", f"with odet config {args.action}")
     if args.action == "show":
         if not args.config:
             raise ValueError("odet config show needs a training config (YAML)")
@@ -532,16 +628,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint",
         choices=["best", "last"],
-        default="best",
-        help="which checkpoint of a run directory",
+        help="which checkpoint of a run directory (default: best)",
     )
     p.add_argument(
         "--strategy",
         choices=["beam", "greedy", "sample"],
         help=f"search strategy {RUN}",
     )
-    p.add_argument("--beam", type=_at_least(1), help=f"beam size {RUN}")
-    p.add_argument("--lenpen", type=FINITE, help=f"length penalty {RUN}")
+    p.add_argument("--beam", type=_at_least(1), help=f"beam: beam size {RUN}")
+    p.add_argument("--lenpen", type=FINITE, help=f"beam: length penalty {RUN}")
     p.add_argument(
         "--max-len-a", type=NON_NEGATIVE, help=f"max length = a · source length + b {RUN}"
     )
@@ -554,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-repeat-ngram-size",
         type=_at_least(0),
-        help=f"ban repeated n-grams of this size {RUN}",
+        help=f"beam: ban repeated n-grams of this size {RUN}",
     )
     p.add_argument(
         "--temperature",
@@ -611,7 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=SEED, default=None, help="seed of the sampling (reproducible)")
     p.add_argument("--num-samples", type=_at_least(1), default=1, help="independent samples")
     p.add_argument(
-        "--which", choices=["best", "last"], default="last", help="checkpoint of a run directory"
+        "--which", choices=["best", "last"], help="checkpoint of a run directory (default: last)"
     )
     p.add_argument(
         "--compile",
@@ -642,13 +737,15 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="reference file(s), line-aligned (an M2 file for --metric m2)",
     )
-    p.add_argument("--src", help="source file (GLEU needs it)")
+    p.add_argument("--src", help="GLEU only: source file (GLEU needs it)")
     p.add_argument(
         "--tokenized",
         action="store_true",
-        help="BLEU on lower-cased 13a-tokenized text (published Multi30k numbers)",
+        help="BLEU only: BLEU on lower-cased 13a-tokenized text (published Multi30k numbers)",
     )
-    p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU")
+    p.add_argument(
+        "--lowercase", action="store_true", help="BLEU only: case-insensitive (not --tokenized)"
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
     p = sub.add_parser("average", help="average the weights of the last N checkpoints")
@@ -658,7 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("data", help="download and verify a dataset ('list' to see them)")
     p.add_argument("name", choices=DATA_CHOICES, help="a dataset, or list to see them")
-    p.add_argument("--out", default="data", help="output directory")
+    p.add_argument("--out", help=f"output directory (default: {DATA_OUT})")
     p.add_argument("--data-dir", help="copy from this local directory instead of downloading")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -730,32 +827,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"], help="what to prepare")
     p.add_argument("inputs", nargs="+", help="input file(s)")
     p.add_argument("--out", required=True, help="output directory, prefix or file")
-    p.add_argument("--seed", type=SEED, default=1, help="gec: noise seed")
+    default = {k: f" (default: {v})" for k, v in PREPARE_DEFAULTS.items()}
+    p.add_argument("--seed", type=SEED, help="gec: noise seed" + default["seed"])
     p.add_argument(
-        "--copies", type=_at_least(1), default=1, help="gec: corrupted copies per sentence"
+        "--copies", type=_at_least(1), help="gec: corrupted copies per sentence" + default["copies"]
     )
     p.add_argument(
         "--join",
         type=_at_least(1),
-        default=1,
-        help="gec: up to this many consecutive sentences per pair",
+        help="gec: up to this many consecutive sentences per pair" + default["join"],
     )
     p.add_argument(
         "--substitute",
         type=FRACTION,
-        default=0.0,
-        help="gec: probability of replacing a content word by a frequent English word (wordfreq)",
+        help="gec: probability of replacing a content word by a frequent English word (wordfreq)"
+        + default["substitute"],
     )
     p.add_argument(
         "--vocabulary",
         type=_at_least(1),
-        default=30_000,
-        help="gec: how many words --substitute draws from",
+        help="gec: how many words --substitute draws from" + default["vocabulary"],
     )
     p.add_argument("--annotator", type=int, help="m2: one annotator (default: all)")
-    p.add_argument("--n", type=_at_least(1), default=23, help="lead: how many words or turns")
+    p.add_argument("--n", type=_at_least(1), help="lead: how many words or turns" + default["n"])
     p.add_argument(
-        "--unit", choices=["words", "turns"], default="words", help="lead: count words or turns"
+        "--unit", choices=["words", "turns"], help="lead: count words or turns" + default["unit"]
     )
 
     p = sub.add_parser(

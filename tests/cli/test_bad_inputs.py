@@ -1687,6 +1687,161 @@ CASES: list[Case] = [
         lambda e: ["config", "docs", "--check"],
         r"--check.*--out",
     ),
+    # ------------------------------------------------------------------ a flag without effect
+    *[
+        Case(
+            "generate",
+            f"{' '.join(flags)} (no effect)",
+            lambda e, flags=flags: ["generate", str(e.run), "-i", e.text("in"), *flags],
+            pattern,
+        )
+        for flags, pattern in [
+            (
+                ["--strategy", "beam", "--top-p", "0.9"],
+                r"--top-p applies to --strategy sample only; it has no effect with --strategy "
+                r"beam$",
+            ),
+            (
+                ["--strategy", "greedy", "--temperature", "0.5"],
+                r"--temperature .*--strategy greedy",
+            ),
+            (["--strategy", "greedy", "--seed", "3"], r"--seed applies to --strategy sample"),
+            (
+                ["--top-k", "5"],
+                r"--top-k applies to --strategy sample only; it has no effect with --strategy "
+                r"beam \(the model's default; choose another with --strategy\)",
+            ),
+            (
+                ["--strategy", "sample", "--beam", "4"],
+                r"--beam applies to --strategy beam only; it has no effect with --strategy sample",
+            ),
+            (["--strategy", "greedy", "--lenpen", "0.6"], r"--lenpen applies to --strategy beam"),
+            (
+                ["--strategy", "sample", "--no-repeat-ngram-size", "3"],
+                r"--no-repeat-ngram-size applies to --strategy beam",
+            ),
+        ]
+    ],
+    Case(
+        "generate",
+        "--checkpoint of a checkpoint (no effect)",
+        lambda e: [
+            "generate",
+            str(checkpoint_of(e.run)),
+            "-i",
+            e.text("in"),
+            "--checkpoint",
+            "last",
+        ],
+        r"--checkpoint applies to a run directory only; .*step_\d+, which is itself a checkpoint",
+    ),
+    Case(
+        "sample",
+        "--which of a checkpoint (no effect)",
+        lambda e: ["sample", str(checkpoint_of(e.lm)), "--prompt", "to", "--which", "best"],
+        r"--which applies to a run directory only; .*which is itself a checkpoint",
+    ),
+    *[
+        Case(
+            "evaluate",
+            f"{' '.join(flags)} (no effect)",
+            lambda e, flags=flags: [
+                "evaluate",
+                "--hyp",
+                e.text("h"),
+                "--ref",
+                e.text("r"),
+                *[e.text(f) if f == "s" else f for f in flags],
+            ],
+            pattern,
+        )
+        for flags, pattern in [
+            (
+                ["--metric", "chrf", "--tokenized"],
+                r"--tokenized applies to --metric bleu only; it has no effect with --metric chrf",
+            ),
+            (["--metric", "rouge", "--lowercase"], r"--lowercase applies to --metric bleu"),
+            (
+                ["--src", "s"],
+                r"--src applies to --metric gleu only; it has no effect with --metric bleu",
+            ),
+            (["--metric", "chrf", "--src", "s"], r"--src applies to --metric gleu"),
+            (
+                ["--tokenized", "--lowercase"],
+                r"--lowercase .*no effect with --tokenized, which lower-cases already",
+            ),
+        ]
+    ],
+    *[
+        Case(
+            "prepare",
+            f"{task} {' '.join(flags)} (no effect)",
+            lambda e, task=task, flags=flags: [
+                "prepare",
+                task,
+                {"gec": e.text("c"), "m2": e.m2(), "dialogsum": e.jsonl(), "lead": e.jsonl()}[task],
+                "--out",
+                str(e.tmp / "p" / "x"),
+                *flags,
+            ],
+            pattern,
+        )
+        for task, flags, pattern in [
+            (
+                "m2",
+                ["--copies", "2"],
+                r"--copies applies to odet prepare gec only; it has no effect with odet prepare m2",
+            ),
+            ("m2", ["--unit", "turns"], r"--unit applies to odet prepare lead .*prepare m2"),
+            ("gec", ["--annotator", "1"], r"--annotator applies to odet prepare m2 .*prepare gec"),
+            ("gec", ["--n", "5"], r"--n applies to odet prepare lead"),
+            ("lead", ["--seed", "3"], r"--seed applies to odet prepare gec .*prepare lead"),
+            ("dialogsum", ["--join", "2"], r"--join applies to odet prepare gec .*dialogsum"),
+            (
+                "gec",
+                ["--vocabulary", "100"],
+                r"--vocabulary applies with --substitute above 0 only",
+            ),
+            (
+                "gec",
+                ["--substitute", "0", "--vocabulary", "100"],
+                r"--vocabulary applies with --substitute above 0 only",
+            ),
+        ]
+    ],
+    *[
+        Case("data", f"{' '.join(flags)} (no effect)", lambda e, f=flags: ["data", *f], pat)
+        for flags, pat in [
+            (["list", "--out", "d"], r"--out applies to odet data NAME .*with odet data list"),
+            (["list", "--data-dir", "d"], r"--data-dir applies to odet data NAME"),
+        ]
+    ],
+    *[
+        Case("config", f"{' '.join(flags)} (no effect)", lambda e, f=flags: ["config", *f], pat)
+        for flags, pat in [
+            (
+                ["show", "configs/multi30k/euler.yaml", "--out", "x.md"],
+                r"--out applies to odet config docs only; it has no effect with odet config show",
+            ),
+            (["show", "configs/multi30k/euler.yaml", "--check"], r"--check applies to .*docs"),
+            (["docs", "configs/multi30k/euler.yaml"], r"CONFIG applies to odet config show"),
+            (["docs", "--set", "seed=2"], r"--set applies to odet config show"),
+        ]
+    ],
+    Case(
+        "parity",
+        "--trace without a continuous variant (no effect)",
+        lambda e: [
+            "parity",
+            e.parity(),
+            "--out",
+            str(e.tmp / "par"),
+            "--trace",
+            str(e.tmp / "trace"),
+            "--no-progress",
+        ],
+        r"--trace applies to continuous-encoder variants only; .*\['euler-1'\]",
+    ),
     # ------------------------------------------------------------------ parser
     Case("odet", "unknown command", lambda e: ["fly"], r"fly"),
     Case("odet", "no command", lambda e: [], r"required: COMMAND"),

@@ -371,6 +371,13 @@ def run_parity(
     out = check_output_dir(out_dir, "--out", owned=lambda p: (p / "runs").is_dir())
     for variant in config.variants:  # every variant's model config checks before training
         config.classifier_config(variant)
+    chosen = [v.name for v in config.variants if variants is None or v.name in variants]
+    check(
+        trace_dir is None
+        or any(_is_continuous(config, v) for v in config.variants if v.name in chosen),
+        f"--trace applies to continuous-encoder variants only; it has no effect with {chosen}, "
+        "none of which is continuous",
+    )
     claim_output_dir(out, "parity")
     splits = make_parity_splits(config.task)
     results = []

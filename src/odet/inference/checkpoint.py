@@ -143,12 +143,17 @@ def verify_checkpoint(path: Path) -> None:
             raise CheckpointError(f"{file} is corrupt (SHA-256 mismatch)")
 
 
+def is_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` is itself a model directory (a checkpoint), not a run holding several."""
+    return (Path(path) / MODEL_CONFIG_NAME).is_file()
+
+
 def resolve_model_dir(path: str | Path, which: str = "best") -> Path:
     """A directory with a model and tokenizer: ``path`` itself, or the ``best``/``last``
     checkpoint of a run directory (``<run>/checkpoints/index.json``) or checkpoints directory,
     verified (``run_checkpoint``)."""
     path = Path(path)
-    if (path / MODEL_CONFIG_NAME).is_file():
+    if is_model_dir(path):
         return path
     for root in (path / "checkpoints", path):
         if (root / INDEX_NAME).is_file() or any(root.glob("step_*")):
