@@ -882,8 +882,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _out_of_memory(err: BaseException) -> str | None:
     """One line for an allocation that failed (host or device memory), else None: what was
     asked is too large for this machine, a setting to lower rather than a bug in odet."""
+    from odet.models.size import ModelTooLargeError
+
     text = str(err)
-    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+    if isinstance(err, ModelTooLargeError):
+        detail = f" ({err.detail})"
+    elif isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
         detail = ""
     elif isinstance(err, RuntimeError) and "Storage size calculation overflowed" in text:
         detail = " (a tensor larger than any address space requested)"

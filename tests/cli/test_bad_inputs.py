@@ -448,6 +448,22 @@ CASES: list[Case] = [
             ("seed beyond 2**32", {"seed": 2**32}, r"seed.*must (lie|be) in \[0, 4294967295\]"),
             ("an int beyond 64 bits", {"model": {"ffn_dim": 2**70}}, r"ffn_dim = \d+ .*64 bits"),
             (
+                "more encoder layers than any model has",
+                {"model": {"encoder_layers": 2**40}},
+                r"encoder_layers must be at most 10000, got 1099511627776",
+            ),
+            (
+                "weights beyond the machine's memory",
+                {"model": {"d_model": 2**16, "num_heads": 1, "ffn_dim": 2**16}},
+                r"out of memory \(\d+\.\d GiB requested for the model's [\d,]+ fp32 weights; "
+                r"this machine has \d+\.\d GiB\): ask for less",
+            ),
+            (
+                "d_model of 2**40 times the vocabulary",
+                {"model": {"d_model": 2**40, "num_heads": 1}},
+                r"out of memory \(\d+\.\d GiB requested for the model's",
+            ),
+            (
                 "more threads than torch's pool takes",
                 {"train": {"threads": 10**6}},
                 r"train\.threads must lie in \[0, 1024\]",
@@ -551,6 +567,18 @@ CASES: list[Case] = [
         "lm an int beyond 64 bits",
         lambda e: ["train", e.lm_config(model={"block_size": 2**70})],
         r"block_size = \d+ .*64 bits",
+    ),
+    Case(
+        "train",
+        "lm more layers than any model has",
+        lambda e: ["train", e.lm_config(model={"layers": 2**40})],
+        r"layers must be at most 10000",
+    ),
+    Case(
+        "train",
+        "lm weights beyond the machine's memory",
+        lambda e: ["train", e.lm_config(model={"d_model": 2**20, "num_heads": 1})],
+        r"out of memory \(\d+\.\d GiB requested for the model's [\d,]+ fp32 weights",
     ),
     Case(
         "train",
@@ -1283,6 +1311,23 @@ CASES: list[Case] = [
             "--no-progress",
         ],
         r"rk9",
+    ),
+    Case(
+        "parity",
+        "variant beyond the machine's memory",
+        lambda e: [
+            "parity",
+            e.parity(
+                variants=[
+                    {"name": "a", "model": {}},
+                    {"name": "b", "model": {"encoder_layers": 9000, "d_model": 4096}},
+                ]
+            ),
+            "--out",
+            str(e.tmp / "par"),
+            "--no-progress",
+        ],
+        r"out of memory \(\d+\.\d GiB requested for the model's [\d,]+ fp32 weights",
     ),
     Case(
         "parity",

@@ -68,6 +68,7 @@ from odet.models.classifier import (
     classification_loss,
 )
 from odet.models.config import CONTINUOUS
+from odet.models.size import check_model_fits
 from odet.ode import get_tableau
 
 # ------------------------------------------------------------------------------------ config
@@ -370,7 +371,7 @@ def run_parity(
               f"{list(config.run_seeds)}")  # fmt: skip
     out = check_output_dir(out_dir, "--out", owned=lambda p: (p / "runs").is_dir())
     for variant in config.variants:  # every variant's model config checks before training
-        config.classifier_config(variant)
+        check_model_fits(config.classifier_config(variant))
     chosen = [v.name for v in config.variants if variants is None or v.name in variants]
     check(
         trace_dir is None

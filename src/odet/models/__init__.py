@@ -18,6 +18,7 @@ from odet.models.config import (
 from odet.models.encoder import Encoder, build_encoder
 from odet.models.seq2seq import EncoderOutput, Seq2Seq, Seq2SeqDecoder
 from odet.models.serialization import CheckpointError
+from odet.models.size import ModelTooLargeError, check_model_fits, model_parameters
 
 __all__ = [
     "CONTINUOUS",
@@ -32,11 +33,14 @@ __all__ = [
     "Encoder",
     "EncoderOutput",
     "LMPositions",
+    "ModelTooLargeError",
     "Seq2Seq",
     "Seq2SeqConfig",
     "Seq2SeqDecoder",
     "SequenceClassifier",
     "build_encoder",
     "canonical_encoder_method",
+    "check_model_fits",
     "classification_loss",
+    "model_parameters",
 ]

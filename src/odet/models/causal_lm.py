@@ -34,6 +34,7 @@ from odet.blocks import (
 )
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.generation import Sampling
+from odet.models.config import check_layers
 from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
     Activation,
@@ -96,7 +97,7 @@ class CausalLMConfig:
     ffn_dim: int = 512
     """Hidden width of the feed-forward sublayers."""
     layers: int = 4
-    """Blocks of the stack (each over its own layer)."""
+    """Blocks of the stack (each over its own layer; at most 10,000)."""
     method: str = "euler"
     """The stack's integrator: a name of ``STACK_METHODS``."""
     coefficients: CoefficientScheme = "fixed"
@@ -139,11 +140,12 @@ class CausalLMConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
-        for key in ("vocab_size", "d_model", "num_heads", "ffn_dim", "layers", "block_size"):
+        for key in ("vocab_size", "d_model", "num_heads", "ffn_dim", "block_size"):
             check(
                 getattr(self, key) >= 1,
                 f"CausalLMConfig.{key} must be >= 1, got {getattr(self, key)}",
             )
+        check_layers("CausalLMConfig.layers", self.layers)
         check(
             self.d_model % self.num_heads == 0,
             f"CausalLMConfig.d_model ({self.d_model}) must be divisible by num_heads "

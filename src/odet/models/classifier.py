@@ -23,7 +23,12 @@ from torch import Tensor, nn
 
 from odet.blocks import STACK_METHODS, CoefficientScheme, StackOptions
 from odet.config import ConfigError, check, check_types, from_dict, suggest, to_dict
-from odet.models.config import CONTINUOUS, ContinuousEncoderConfig, canonical_encoder_method
+from odet.models.config import (
+    CONTINUOUS,
+    ContinuousEncoderConfig,
+    canonical_encoder_method,
+    check_layers,
+)
 from odet.models.encoder import Encoder, build_encoder
 from odet.nn import Activation, FieldSpec, SinusoidalPositions, TokenEmbedding
 from odet.ode import SolveStats
@@ -85,9 +90,10 @@ class ClassifierConfig:
         check_types(self)
         object.__setattr__(self, "encoder_method", canonical_encoder_method(self.encoder_method))
         name = "ClassifierConfig"
-        for key in ("vocab_size", "d_model", "num_heads", "ffn_dim", "encoder_layers"):
+        for key in ("vocab_size", "d_model", "num_heads", "ffn_dim"):
             value = getattr(self, key)
             check(value >= 1, f"{name}.{key} must be >= 1, got {value}")
+        check_layers(f"{name}.encoder_layers", self.encoder_layers)
         check(self.num_classes >= 2, f"{name}.num_classes must be >= 2, got {self.num_classes}")
         check(
             self.d_model % self.num_heads == 0,

@@ -25,6 +25,17 @@ CONTINUOUS = "continuous"
 an ODE solver (adaptive, or fixed steps of a tableau); its settings are a
 :class:`ContinuousEncoderConfig`."""
 
+MAX_LAYERS = 10_000
+"""The most blocks (or ODE stacks) a model config may ask for per stack: ten times the deepest
+published Transformers, and far below the depth whose modules alone take hours to build."""
+
+
+def check_layers(where: str, value: int) -> None:
+    """``value`` blocks in ``[1, MAX_LAYERS]`` (``where`` names the key in the message)."""
+    check(value >= 1, f"{where} must be >= 1, got {value}")
+    check(value <= MAX_LAYERS, f"{where} must be at most {MAX_LAYERS}, got {value}")
+
+
 ENCODER_METHOD_ALIASES: dict[str, str] = {"adaptive": CONTINUOUS}
 """Other spellings of ``encoder_method``, normalised on construction (configs and checkpoints
 written before issue #20 say ``"adaptive"``, also for fixed steps)."""
@@ -115,9 +126,9 @@ class Seq2SeqConfig:
     ffn_dim: int = 2048
     """Hidden width of the feed-forward sublayers."""
     encoder_layers: int = 6
-    """Encoder blocks (each over its own layer)."""
+    """Encoder blocks (each over its own layer; at most 10,000)."""
     decoder_layers: int = 6
-    """Decoder blocks."""
+    """Decoder blocks (at most 10,000)."""
     encoder_method: str = "euler"
     """The encoder's integrator: a name of ``STACK_METHODS`` or ``"continuous"``."""
     decoder_method: str = "euler"
@@ -184,19 +195,13 @@ class Seq2SeqConfig:
     def __post_init__(self) -> None:
         check_types(self)
         object.__setattr__(self, "encoder_method", canonical_encoder_method(self.encoder_method))
-        for key in (
-            "vocab_size",
-            "d_model",
-            "num_heads",
-            "ffn_dim",
-            "encoder_layers",
-            "decoder_layers",
-            "max_positions",
-        ):
+        for key in ("vocab_size", "d_model", "num_heads", "ffn_dim", "max_positions"):
             check(
                 getattr(self, key) >= 1,
                 f"Seq2SeqConfig.{key} must be >= 1, got {getattr(self, key)}",
             )
+        for key in ("encoder_layers", "decoder_layers"):
+            check_layers(f"Seq2SeqConfig.{key}", getattr(self, key))
         check(
             self.d_model % self.num_heads == 0,
             f"Seq2SeqConfig.d_model ({self.d_model}) must be divisible by num_heads "

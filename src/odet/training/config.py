@@ -35,7 +35,7 @@ from odet.config import (
     to_dict,
 )
 from odet.generation import GenerationConfig
-from odet.models import Seq2SeqConfig
+from odet.models import Seq2SeqConfig, check_model_fits
 from odet.nn import TrainPrecision
 from odet.training.schedule import ScheduleName
 
@@ -296,10 +296,13 @@ class TrainConfig:
         )
 
     def model_config(self, vocab_size: int, tgt_vocab_size: int | None = None) -> Seq2SeqConfig:
-        """The ``Seq2SeqConfig`` for a tokenizer with the given vocabulary size(s)."""
-        return Seq2SeqConfig.from_dict(
+        """The ``Seq2SeqConfig`` for a tokenizer with the given vocabulary size(s); a model whose
+        weights alone exceed the machine's memory is refused here, before anything is built."""
+        config = Seq2SeqConfig.from_dict(
             {**self.model, "vocab_size": vocab_size, "tgt_vocab_size": tgt_vocab_size}
         )
+        check_model_fits(config)
+        return config
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:

@@ -33,7 +33,7 @@ from odet.config import (
     load_yaml,
     to_dict,
 )
-from odet.models import CausalLMConfig
+from odet.models import CausalLMConfig, check_model_fits
 from odet.nn import TrainPrecision
 from odet.training.config import TrainConfig, apply_overrides
 
@@ -207,8 +207,11 @@ class LMTrainConfig:
         return self.optim.decay_updates or self.train.max_updates
 
     def model_config(self, vocab_size: int) -> CausalLMConfig:
-        """The ``CausalLMConfig`` for a vocabulary of ``vocab_size`` tokens."""
-        return CausalLMConfig.from_dict({**self.model, "vocab_size": vocab_size})
+        """The ``CausalLMConfig`` for a vocabulary of ``vocab_size`` tokens; a model whose weights
+        alone exceed the machine's memory is refused here, before anything is built."""
+        config = CausalLMConfig.from_dict({**self.model, "vocab_size": vocab_size})
+        check_model_fits(config)
+        return config
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LMTrainConfig:
