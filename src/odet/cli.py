@@ -239,7 +239,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             "which is itself a checkpoint"
         )
     model, vocab = load_lm(args.checkpoint, args.which or "last")
-    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    prompt = args.prompt if args.prompt is not None else _read_prompt()
     ids = vocab.encode(prompt) or vocab.encode("\n" if "\n" in vocab.chars else vocab.chars[0])
     prompt_ids = torch.tensor([ids] * args.num_samples, dtype=torch.long)
     model.eval()
@@ -258,6 +258,22 @@ def cmd_sample(args: argparse.Namespace) -> int:
         print(vocab.decode(row[len(ids) :]) if not prompt else vocab.decode(row), end="")
     print()
     return 0
+
+
+def _read_prompt() -> str:
+    """``odet sample``'s prompt from stdin; bytes that are not UTF-8 are a ``DataError`` naming
+    the line and byte, as for every other input."""
+    from odet.data.text import DataError
+
+    raw = sys.stdin.buffer.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        byte = err.start - (raw.rfind(b"\n", 0, err.start) + 1)
+        raise DataError(
+            f"stdin (the prompt) is not valid UTF-8 (line {line}, byte {byte})"
+        ) from None
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -459,12 +475,33 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     else:
         lead = Lead(args.n, args.unit)
         dialogues = read_dialogsum(args.inputs[0]).dialogues
+        if args.unit == "turns":
+            _check_turns(args.inputs[0], dialogues)
         Path(args.out).write_text("".join(lead(d) + "\n" for d in dialogues), encoding="utf-8")
         print(
             f"wrote the LEAD-{args.n} {args.unit} baseline of {len(dialogues)} dialogues to "
             f"{args.out}"
         )
     return 0
+
+
+def _check_turns(path: str, dialogues: Sequence[str]) -> None:
+    """``--unit turns`` needs speaker tags: with none anywhere LEAD would copy every dialogue
+    whole (refused); dialogues without one are copied whole, which a warning counts."""
+    from odet.tasks.summarization import has_turns
+
+    untagged = sum(not has_turns(d) for d in dialogues)
+    if untagged == len(dialogues):
+        raise ValueError(
+            f"{path}: no dialogue has a speaker tag ('#Person1#: ...') to count turns by; "
+            "use --unit words"
+        )
+    if untagged:
+        print(
+            f"odet: warning: {path}: {untagged} of {len(dialogues)} dialogues have no speaker "
+            "tag; their LEAD is the whole dialogue",
+            file=sys.stderr,
+        )
 
 
 def cmd_config(args: argparse.Namespace) -> int:

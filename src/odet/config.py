@@ -267,14 +267,31 @@ class _UniqueKeyLoader(YAMLLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def file_kind(path: Path) -> str:
+    """What a path that exists but is not a regular file or directory is, for messages: "a named
+    pipe (FIFO)", "a socket", "a character device" …"""
+    import stat
+
+    mode = path.stat().st_mode
+    kinds = {
+        stat.S_ISFIFO: "a named pipe (FIFO)",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+    }
+    return next((kind for test, kind in kinds.items() if test(mode)), "a special file")
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping; a missing file, malformed YAML or a key given twice in one mapping
     is a ``ConfigError``."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a file")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"config file not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is {file_kind(path)}, not a regular file")
     try:
         text = path.read_text(encoding="utf-8")
         if not text.strip():

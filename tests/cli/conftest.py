@@ -75,6 +75,8 @@ def _digest(path: Path) -> str:
         return "link:" + os.readlink(path)
     if path.is_dir():
         return "dir"
+    if not path.is_file():  # a FIFO or socket: reading it would block
+        return "special"
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

@@ -172,6 +172,7 @@ class Case:
     argv: Argv
     message: str
     may_create: tuple[str, ...] = field(default=())
+    stdin: bytes = b""
 
     @property
     def id(self) -> str:
@@ -1887,11 +1888,52 @@ CASES: list[Case] = [
         ],
         r"--trace applies to continuous-encoder variants only; .*\['euler-1'\]",
     ),
+    # ------------------------------------------------------------------ not what it says
+    *[
+        Case(
+            command,
+            f"{slot} a FIFO",
+            lambda e, argv=argv: argv(e, _fifo(e, "pipe.yaml")),
+            r"pipe\.yaml is a named pipe \(FIFO\), not a regular file",
+        )
+        for slot, (command, argv, _) in INPUT_SLOTS.items()
+        if slot in CONFIG_SLOTS or slot == "generate --input"
+    ],
+    Case(
+        "sample",
+        "stdin prompt not UTF-8",
+        lambda e: ["sample", str(e.lm), "--max-new-tokens", "2"],
+        r"stdin \(the prompt\) is not valid UTF-8 \(line 2, byte 3\)$",
+        stdin=b"to be\nor \xff not",
+    ),
+    Case(
+        "prepare",
+        "lead --unit turns without speaker tags",
+        lambda e: [
+            "prepare",
+            "lead",
+            e.file("plain.jsonl", '{"dialogue": "hi there", "summary": "a greeting"}\n'),
+            "--out",
+            str(e.tmp / "lead.txt"),
+            "--unit",
+            "turns",
+        ],
+        r"plain\.jsonl: no dialogue has a speaker tag .*use --unit words",
+    ),
     # ------------------------------------------------------------------ parser
     Case("odet", "unknown command", lambda e: ["fly"], r"fly"),
     Case("odet", "no command", lambda e: [], r"required: COMMAND"),
     Case("train", "unknown flag", lambda e: ["train", e.config(), "--fast"], r"--fast"),
 ]
+
+
+def _fifo(e: Env, name: str) -> str:
+    """A named pipe (FIFO) at ``name``: opening it for reading would wait for a writer."""
+    import os
+
+    path = e.tmp / name
+    os.mkfifo(path)
+    return str(path)
 
 
 def _lm_copy(e: Env) -> str:
@@ -1995,7 +2037,7 @@ def test_a_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, env: Env
     argv = case.argv(env)
     before = TreeSnapshot.take([env.tmp, env.data, env.run, env.lm])
     before_updates = set(_updates_made(env.tmp))
-    outcome = run_odet(argv, capsys)
+    outcome = run_odet(argv, capsys, case.stdin)
     assert_one_line_user_error(outcome, case.message)
     before.assert_only([env.tmp / p for p in case.may_create])
     assert set(_updates_made(env.tmp)) == before_updates, "a training update was made"

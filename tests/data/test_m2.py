@@ -100,6 +100,25 @@ def test_out_of_range_edits_can_be_clipped_or_dropped() -> None:
         parse_m2(text, out_of_range="ignore")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("how", "done"), [("drop", "dropped"), ("clip", "clipped")])
+def test_an_edit_past_its_sentence_is_never_dropped_or_clipped_in_silence(how, done, caplog):
+    text = (
+        "S a b\nA 3 3|||M|||c|||REQUIRED|||-NONE-|||0\n\n"
+        "S c\nA 0 1|||R|||d|||REQUIRED|||-NONE-|||0\nA 1 4|||R|||e|||REQUIRED|||-NONE-|||1\n"
+    )
+    with caplog.at_level("WARNING", logger="odet.data.m2"):
+        parse_m2(text, source_name="gold.m2", out_of_range=how)
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        f"gold.m2:2: edit span past the end of its sentence {done}"
+        + (", as the official M2 scorer does" if how == "drop" else "")
+        + " (2 such edit(s), lines 2, 6)"
+    )
+    caplog.clear()
+    parse_m2("S a b\nA 2 2|||M|||c|||REQUIRED|||-NONE-|||0\n", out_of_range=how)
+    assert not caplog.records
+
+
 def test_read_m2_error_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.m2"
     path.write_text("S a\nA 0 1|||R|||x\n", encoding="utf-8")

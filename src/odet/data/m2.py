@@ -18,10 +18,13 @@ offsets into the source (``start == end`` is an insertion), the correction repla
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, get_args
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "M2Edit",
@@ -173,6 +176,7 @@ def parse_m2(
     sentences: list[M2Sentence] = []
     source: str | None = None
     edits: list[M2Edit] = []
+    outside: list[int] = []  # line numbers of the spans dropped or clipped
 
     def flush() -> None:
         nonlocal source, edits
@@ -197,6 +201,8 @@ def parse_m2(
             edit = _parse_edit(line[2:], source_name, line_number)
             n_tokens = len(source.split())
             if not edit.is_noop and edit.end > n_tokens:
+                if out_of_range != "raise":
+                    outside.append(line_number)
                 if out_of_range == "drop":  # the annotator stays present, without this edit
                     edits.append(M2Edit(-1, -1, NOOP_TYPE, (), edit.annotator))
                     continue
@@ -214,6 +220,16 @@ def parse_m2(
                 source_name, line_number, f"expected an 'S ', 'A ' or blank line, got {line[:40]!r}"
             )
     flush()
+    if outside:
+        done = "dropped, as the official M2 scorer does" if out_of_range == "drop" else "clipped"
+        logger.warning(
+            "%s:%d: edit span past the end of its sentence %s (%d such edit(s), lines %s)",
+            source_name,
+            outside[0],
+            done,
+            len(outside),
+            ", ".join(map(str, outside[:10])) + (", …" if len(outside) > 10 else ""),
+        )
     return sentences
 
 

@@ -27,6 +27,8 @@ from typing import BinaryIO, Literal
 
 import numpy as np
 
+from odet.config import file_kind
+
 PathLike = str | os.PathLike[str]
 SkipReason = Literal["empty", "invalid_utf8", "malformed_json", "missing_field", "not_a_string"]
 DropReason = Literal[
@@ -161,7 +163,7 @@ def check_input_file(path: PathLike, what: str = "file") -> Path:
     if not path.exists():
         raise DataError(f"{what} not found: {path}")
     if not path.is_file():
-        raise DataError(f"{what} {path} is not a regular file")
+        raise DataError(f"{what} {path} is {file_kind(path)}, not a regular file")
     if not os.access(path, os.R_OK):
         raise DataError(f"{what} {path} cannot be read (permission denied)")
     return path

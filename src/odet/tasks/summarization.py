@@ -254,6 +254,12 @@ class Lead:
         return " ".join(words if self.unit == "turns" else words[: self.n])
 
 
+def has_turns(dialogue: str) -> bool:
+    """Whether ``dialogue`` holds a speaker tag to count turns by (LEAD's ``"turns"`` unit reads
+    a dialogue without one as a single turn, i.e. copies it whole)."""
+    return any(_is_turn_start(w) for w in dialogue.split())
+
+
 def _is_turn_start(word: str) -> bool:
     """``#Person1#:`` and the like (any ``#...#:`` word, as DialogSum's tags vary in case)."""
     return len(word) > 3 and word.startswith("#") and word.endswith("#:")
