@@ -260,6 +260,24 @@ def test_bad_inputs_give_clear_errors():
         model(torch.ones(5, dtype=torch.long), tgt)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_checks_token_ids_once_per_call_not_at_every_step(use_cache, monkeypatch):
+    """The ids check is a reduction read on the host (a device sync): the source is checked
+    once; the decoder's own tokens at each step are in range by construction."""
+    model = Seq2Seq(small_config()).eval()
+    checked: list[str] = []
+    check = Seq2Seq._check_tokens
+
+    def counting(self, name, tokens, vocab_size):
+        checked.append(name)
+        check(self, name, tokens, vocab_size)
+
+    monkeypatch.setattr(Seq2Seq, "_check_tokens", counting)
+    hyps = model.generate(sources(), beam_size=2, max_len=6, min_len=6, use_cache=use_cache)
+    assert [len(h) for h in hyps] == [6, 6, 6]
+    assert checked == ["src_tokens"]
+
+
 @pytest.mark.parametrize("decoder_method", ["euler", "rk2"])
 def test_cached_beam_search_equals_uncached_when_sentences_finish_at_different_times(
     decoder_method, device

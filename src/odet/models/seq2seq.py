@@ -167,6 +167,16 @@ class Seq2Seq(nn.Module):
         new positions are given; they are appended to the caches and ``state.length`` advances.
         """
         self._check_tokens("tgt_tokens", tgt_tokens, self.config.target_vocab_size)
+        return self._decode(tgt_tokens, encoder_out, state)
+
+    def _decode(
+        self,
+        tgt_tokens: Tensor,
+        encoder_out: EncoderOutput | None = None,
+        state: DecoderState | None = None,
+    ) -> Tensor:
+        """``decode`` without the input checks: what generation runs at every step, on tokens it
+        chose itself (the ids check would cost a device-to-host sync per step)."""
         offset = 0 if state is None else state.length
         x = self.tgt_embed(tgt_tokens)  # (B, T, D)
         if self.positions is not None:
@@ -331,7 +341,7 @@ def next_log_probs(model: Seq2Seq, tokens: Tensor, state: DecoderState) -> Tenso
     """One cached decoder step: the newest tokens ``(N, 1)`` through the decoder and ``state``
     (which advances) → next-token log-probabilities ``(N, V)``, fp32 for half-precision logits.
     What ``Seq2SeqDecoder`` runs eagerly or under ``torch.compile``."""
-    logits = model.decode(tokens, state=state)[:, -1]
+    logits = model._decode(tokens, state=state)[:, -1]
     dtype = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else None
     return F.log_softmax(logits, dim=-1, dtype=dtype)
 
@@ -376,7 +386,7 @@ class Seq2SeqDecoder:
     def step(self, prefix: Tensor) -> Tensor:
         """``prefix (N, t)`` starting with BOS → log-probabilities ``(N, V)`` of the next token."""
         if self.state is None:
-            logits = self.model.decode(prefix, self.encoder_out)[:, -1]
+            logits = self.model._decode(prefix, self.encoder_out)[:, -1]
         else:
             if prefix.shape[1] != self.state.length + 1:
                 raise ValueError(
