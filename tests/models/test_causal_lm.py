@@ -254,6 +254,14 @@ def test_inputs_past_the_context_or_vocabulary_are_errors():
         model.decode(tokens(length=1), state)
 
 
+def test_continuing_a_state_with_another_batch_size_is_an_error():
+    model = CausalLM(small()).eval()
+    state = model.init_state()
+    model.decode(tokens(batch=2, length=3), state)
+    with pytest.raises(ValueError, match="batch size 1 but the DecoderState holds 2 rows"):
+        model.decode(tokens(batch=1, length=1), state)
+
+
 def test_save_and_from_pretrained_round_trip(tmp_path):
     torch.manual_seed(9)
     cfg = small(method="rk2", coefficients="gated", share_gate=True, history="dlcl")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from odet.config import ConfigError
-from odet.models import CheckpointError, Seq2Seq, Seq2SeqConfig
+from odet.models import CheckpointError, EncoderOutput, Seq2Seq, Seq2SeqConfig
 from tests.devices import fp32_tolerance
 
 METHODS = ["euler", "rk2", "rk4"]
@@ -258,6 +258,44 @@ def test_bad_inputs_give_clear_errors():
         model(torch.zeros(1, 3, dtype=torch.long), tgt)
     with pytest.raises(ValueError, match=r"must have shape \(batch, length\)"):
         model(torch.ones(5, dtype=torch.long), tgt)
+
+
+def test_a_target_batch_that_does_not_match_its_sources_is_an_error_not_a_broadcast():
+    """One source and two targets used to give two rows of logits, both reading the one
+    source's memory; three sources and two targets failed deep in attention."""
+    model = Seq2Seq(small_config()).eval()
+    src, tgt = sources(batch=3), torch.full((2, 4), 2)
+    for bad_src in (src[:1], src):
+        with pytest.raises(ValueError, match=r"tgt_tokens has batch size 2 but encoder_out "):
+            model(bad_src, tgt)
+    state = model.init_state(model.encode(src[:2]))
+    model.decode(tgt[:, :1], state=state)
+    with pytest.raises(ValueError, match="batch size 1 but the DecoderState holds 2 rows"):
+        model.decode(tgt[:1, :1], state=state)
+
+
+def test_a_hand_made_encoder_output_of_the_wrong_kind_is_named():
+    model = Seq2Seq(small_config()).eval()
+    encoded = model.encode(sources(batch=2))
+    memory, mask = encoded.memory, encoded.padding_mask
+    tgt = torch.full((2, 3), 2)
+    bad = {
+        "padding_mask must be a bool \\(batch, src_len\\) = \\(2, 7\\) tensor, True at "
+        "padding, got torch.int64": EncoderOutput(memory, mask.long()),
+        "got torch.float32 \\(2, 7\\)": EncoderOutput(memory, (~mask).float()),
+        "got torch.bool \\(7, 2\\)": EncoderOutput(memory, mask.t()),
+        "memory must be a floating \\(batch, src_len, d_model=32\\)": EncoderOutput(
+            memory[..., :16], mask
+        ),
+        "memory is torch.float64 but the model is torch.float32": EncoderOutput(
+            memory.double(), mask
+        ),
+    }
+    for message, encoder_out in bad.items():
+        with pytest.raises(ValueError, match=message):
+            model.decode(tgt, encoder_out)
+    with pytest.raises(TypeError, match="must be the EncoderOutput of encode"):
+        model.decode(tgt, memory)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

@@ -80,3 +80,15 @@ def test_sharing_is_what_the_caller_says_not_what_the_index_looks_like():
     assert per_row.memory_kv[0].key.shape[0] == 4 and per_row.memory_kv[0].queries_per_row == 1
     for name, tensor in _seen(grouped).items():
         torch.testing.assert_close(_seen(per_row)[name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_batch_size_is_the_rows_of_the_caches_or_unknown_while_empty():
+    assert _state(4).batch_size == 4
+    shared = _state(2)
+    shared.self_attn[(0, 0)] = KVCache()
+    shared.memory_kv[0].queries_per_row = 3  # two sentences' beams of three
+    assert shared.batch_size == 6
+    assert DecoderState({(0, 0): KVCache()}, {}, None, stage_counts=(1,)).batch_size is None
+    shared.check_batch(6)
+    with pytest.raises(ValueError, match="batch size 5 but the DecoderState holds 6 rows"):
+        shared.check_batch(5)

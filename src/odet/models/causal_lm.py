@@ -293,6 +293,8 @@ class CausalLM(nn.Module):
         """
         offset = 0 if state is None else state.length
         self._check_tokens(tokens, offset)
+        if state is not None:
+            state.check_batch(tokens.shape[0])
         return self._decode(tokens, state)
 
     def _decode(self, tokens: Tensor, state: DecoderState | None, last: bool = False) -> Tensor:

@@ -167,6 +167,13 @@ class Seq2Seq(nn.Module):
         new positions are given; they are appended to the caches and ``state.length`` advances.
         """
         self._check_tokens("tgt_tokens", tgt_tokens, self.config.target_vocab_size)
+        batch = tgt_tokens.shape[0]
+        if state is not None:
+            state.check_batch(batch)
+        elif encoder_out is None:
+            raise ValueError("decode needs encoder_out (teacher forcing) or a DecoderState")
+        else:
+            self._check_encoder_out(encoder_out, batch)
         return self._decode(tgt_tokens, encoder_out, state)
 
     def _decode(
@@ -183,8 +190,7 @@ class Seq2Seq(nn.Module):
             x = x + self.positions(tgt_tokens.shape[1], offset)
         x = self.embed_dropout(x)
         if state is None:
-            if encoder_out is None:
-                raise ValueError("decode needs encoder_out (teacher forcing) or a DecoderState")
+            assert encoder_out is not None, "checked by decode"
             block_kwargs = [
                 {"memory_kv": block.field.project_memory(encoder_out.memory)}
                 for block in self.decoder.blocks
@@ -309,6 +315,39 @@ class Seq2Seq(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     # ------------------------------------------------------------------ input checks
+    def _check_encoder_out(self, encoder_out: EncoderOutput, batch: int) -> None:
+        """``encoder_out`` is this model's encoding of ``batch`` sources: a mismatch would
+        broadcast in cross-attention (one source's memory read by every target row)."""
+        if not isinstance(encoder_out, EncoderOutput):
+            raise TypeError(
+                f"encoder_out must be the EncoderOutput of encode(src_tokens), got "
+                f"{type(encoder_out).__name__}"
+            )
+        memory, mask = encoder_out.memory, encoder_out.padding_mask
+        d_model = self.config.d_model
+        if memory.dim() != 3 or memory.shape[2] != d_model or not memory.is_floating_point():
+            raise ValueError(
+                f"encoder_out.memory must be a floating (batch, src_len, d_model={d_model}) "
+                f"tensor, got {memory.dtype} {tuple(memory.shape)}"
+            )
+        if memory.shape[0] != batch:
+            raise ValueError(
+                f"tgt_tokens has batch size {batch} but encoder_out encodes {memory.shape[0]} "
+                "sources; decode each target with the encoding of its own source"
+            )
+        dtype = self.decoder_norm.weight.dtype
+        if memory.dtype != dtype and not torch.is_autocast_enabled(memory.device.type):
+            raise ValueError(
+                f"encoder_out.memory is {memory.dtype} but the model is {dtype}; encode with "
+                "this model, or convert one of them"
+            )
+        if mask.dtype != torch.bool or mask.shape != memory.shape[:2]:
+            raise ValueError(
+                f"encoder_out.padding_mask must be a bool (batch, src_len) = "
+                f"{tuple(memory.shape[:2])} tensor, True at padding, got {mask.dtype} "
+                f"{tuple(mask.shape)}"
+            )
+
     def _check_tokens(self, name: str, tokens: Tensor, vocab_size: int) -> None:
         if not isinstance(tokens, Tensor):
             raise TypeError(

@@ -32,6 +32,30 @@ class DecoderState:
     length: int = 0
     stage_counts: tuple[int, ...] = field(default=())
 
+    @property
+    def batch_size(self) -> int | None:
+        """The rows this state decodes, or None while it holds nothing that fixes them (a fresh
+        language-model state: its first call may have any batch)."""
+        for cache in self.self_attn.values():
+            if cache.key is not None:
+                return cache.key.shape[0]
+        for cache in self.memory_kv.values():
+            if cache.key is not None:
+                return cache.key.shape[0] * cache.queries_per_row
+        if self.memory_padding_mask is not None:
+            return self.memory_padding_mask.shape[0]
+        return None
+
+    def check_batch(self, batch: int) -> None:
+        """Raise ``ValueError`` unless new tokens of ``batch`` rows continue this state's rows:
+        another batch size would broadcast against the cached rows, or fail deep in torch."""
+        rows = self.batch_size
+        if rows is not None and rows != batch:
+            raise ValueError(
+                f"the tokens have batch size {batch} but the DecoderState holds {rows} rows; "
+                "continue a state with the rows it was started with (or reorder it first)"
+            )
+
     def block_caches(self, block: int) -> list[KVCache]:
         """The per-stage self-attention caches of ``block``, in stage order."""
         return [self.self_attn[(block, i)] for i in range(self.stage_counts[block])]
