@@ -8,6 +8,7 @@ from odet.blocks import (
     ODEBlock,
     build_stack,
 )
+from odet.nn import EncoderField
 from odet.ode import TABLEAUS
 from tests.blocks.fields import TanhField, ZeroField
 
@@ -198,3 +199,12 @@ def test_euler_stack_ignores_multi_stage_coefficient_schemes():
     for block in stack.blocks:
         expected = expected + block.field(expected)
     torch.testing.assert_close(stack(y), expected)
+
+
+def test_a_padding_mask_that_would_broadcast_over_the_batch_is_refused() -> None:
+    block = ODEBlock(EncoderField(16, 2, 32), method="rk2", coefficients="gated", d_model=16)
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match=r"padding_mask must be a bool tensor .* got torch.bool"):
+        block(x, padding_mask=torch.zeros(1, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"got torch.float32 \(2, 5\) \(a 0/1 mask of the tokens"):
+        block(x, padding_mask=torch.ones(2, 5))

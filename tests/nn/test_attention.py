@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from odet.nn.attention import KVCache, _attention
+from odet.nn.attention import CrossAttention, KVCache, SelfAttention, _attention
 
 
 def _steps(n: int, rows: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -82,3 +82,33 @@ def test_few_query_path_matches_sdpa_including_fully_masked_rows(dtype, masked, 
     torch.testing.assert_close(got.double(), expected, atol=tol, rtol=tol)
     if masked:
         assert got[1].eq(0).all()
+
+
+@pytest.mark.parametrize(
+    ("mask", "got"),
+    [
+        (torch.zeros(1, 5, dtype=torch.bool), r"torch.bool \(1, 5\)"),  # used to broadcast
+        (torch.zeros(3, 5, dtype=torch.bool), r"torch.bool \(3, 5\)"),
+        (torch.zeros(2, dtype=torch.bool), r"torch.bool \(2,\)"),
+        (torch.ones(2, 5), r"torch.float32 \(2, 5\)"),  # a keep-mask, the other polarity
+        (torch.zeros(2, 5, dtype=torch.long), r"torch.int64 \(2, 5\)"),
+    ],
+)
+def test_a_padding_mask_of_the_wrong_dtype_or_shape_is_named(mask, got) -> None:
+    x = torch.randn(2, 5, 8)
+    attention = SelfAttention(8, 2)
+    expected = r"padding_mask must be a bool tensor of shape \(batch, keys\) = \(2, 5\), True at "
+    with pytest.raises(ValueError, match=expected + r"padding; got " + got):
+        attention(x, padding_mask=mask)
+    cross = CrossAttention(8, 2)
+    with pytest.raises(ValueError, match=r"memory_padding_mask must be a bool .* " + got):
+        cross(x, cross.project_memory(x), memory_padding_mask=mask)
+
+
+def test_cross_attention_to_the_memory_of_another_batch_is_an_error_not_a_broadcast() -> None:
+    cross = CrossAttention(8, 2)
+    memory = cross.project_memory(torch.randn(1, 4, 8))
+    with pytest.raises(ValueError, match="x has batch size 3 but the memory has 1 rows"):
+        cross(torch.randn(3, 2, 8), memory)
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, length, d_model\)"):
+        SelfAttention(8, 2)(torch.randn(5, 8))

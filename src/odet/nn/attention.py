@@ -187,6 +187,19 @@ def attention_mask(
     return mask
 
 
+def check_padding_mask(mask: Tensor, batch: int, keys: int, name: str = "padding_mask") -> None:
+    """Raise unless ``mask`` is odet's key padding mask for ``batch`` rows of ``keys`` keys: bool,
+    ``(batch, keys)``, True at padding. A ``(1, S)`` mask would broadcast over the batch, a
+    0/1 or float mask fails deep in SDPA (and a keep-mask, as Hugging Face's ``attention_mask``,
+    has the opposite polarity). Shapes and dtype only: no values are read."""
+    if mask.dtype != torch.bool or mask.shape != (batch, keys):
+        raise ValueError(
+            f"{name} must be a bool tensor of shape (batch, keys) = ({batch}, {keys}), True at "
+            f"padding; got {mask.dtype} {tuple(mask.shape)} (a 0/1 mask of the tokens to keep "
+            f"has the opposite polarity: pass mask == 0)"
+        )
+
+
 FEW_QUERIES = 16
 
 
@@ -241,10 +254,14 @@ class SelfAttention(nn.Module):
         """``x (B, T, D)``; ``padding_mask (B, S)`` True at padded keys (S = T, or the cache's
         length plus T); with ``cache`` the keys/values of earlier positions are reused and the new
         ones appended. A ``StaticKVCache`` takes no padding mask and no relative positions."""
+        if x.dim() != 3:
+            raise ValueError(f"x must have shape (batch, length, d_model), got {tuple(x.shape)}")
         q, k, v = (_split_heads(t, self.num_heads) for t in self.qkv_proj(x).chunk(3, dim=-1))
         if cache is not None:
             k, v = cache.append(k, v)
         tq, s = q.shape[2], k.shape[2]
+        if padding_mask is not None:
+            check_padding_mask(padding_mask, q.shape[0], s)
         dropout = self.dropout if self.training else 0.0
         if isinstance(cache, StaticKVCache):
             if self.relative is not None or padding_mask is not None or not causal:
@@ -299,6 +316,16 @@ class CrossAttention(nn.Module):
         share = memory_kv.queries_per_row
         if share > 1:  # a sentence's beams as one row of share·T queries: (N / share, H, ·, Dh)
             q = q.view(n // share, share, h, t, d).transpose(1, 2).reshape(n // share, h, -1, d)
+        if memory_kv.key.shape[0] != q.shape[0]:
+            raise ValueError(
+                f"x has batch size {n} but the memory has {memory_kv.key.shape[0]} rows"
+                + (f" read by {share} rows each" if share > 1 else "")
+                + "; project the memory of this batch's sources"
+            )
+        if memory_padding_mask is not None:
+            check_padding_mask(
+                memory_padding_mask, q.shape[0], memory_kv.length, "memory_padding_mask"
+            )
         mask = attention_mask(
             memory_padding_mask, q.shape[2], memory_kv.length, causal=False, device=q.device
         )
