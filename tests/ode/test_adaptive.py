@@ -4,7 +4,15 @@ import pytest
 import torch
 from torch import nn
 
-from odet.ode import ADAPTIVE_METHODS, SolverError, SolveStats, SolveStatus, odeint_adaptive
+from odet.ode import (
+    ADAPTIVE_METHODS,
+    SolverError,
+    SolverOptions,
+    SolveStats,
+    SolveStatus,
+    odeint_adaptive,
+    solve,
+)
 
 METHODS = [(backend, method) for backend, methods in ADAPTIVE_METHODS.items() for method in methods]
 LOW_ORDER = {"heun", "adaptive_heun"}  # second order: a tight tolerance costs thousands of steps
@@ -321,3 +329,26 @@ def test_solve_stats_rejects_inconsistent_shapes():
         SolveStats(ones.float(), 1, ones, ones, torch.ones(2), (SolveStatus.SUCCESS,) * 2)
     with pytest.raises(ValueError, match=r"SolveStats.arclength must have shape \(2,\)"):
         SolveStats(ones, 1, ones, ones, torch.ones(2), (SolveStatus.SUCCESS,) * 2, torch.ones(3))
+
+
+@pytest.mark.parametrize("backend", ["torchode", "torchdiffeq"])
+def test_a_field_of_another_dtype_is_named_not_cast_or_a_torch_error(backend):
+    """torchode failed with 'expected scalar type Float but found Double'; torchdiffeq cast
+    the float64 field back to float32 without a word."""
+    with pytest.raises(
+        ValueError, match="f\\(t, y\\) must return dy/dt of y's dtype torch.float32"
+    ):
+        odeint_adaptive(lambda t, y: -y.double(), torch.ones(2, 3), backend=backend)
+
+
+def test_a_fixed_step_solve_names_a_field_of_the_wrong_shape():
+    options = SolverOptions(fixed_steps=2, solver="rk4")
+    with pytest.raises(ValueError, match=r"shaped like y \(2, 3\), got \(1, 3\)"):
+        solve(lambda t, y: y.sum(0, keepdim=True), torch.ones(2, 3), options)
+
+
+def test_solve_takes_solver_options_and_a_tensor_state():
+    with pytest.raises(TypeError, match="options must be a SolverOptions, got dict"):
+        solve(lambda t, y: -y, torch.ones(2, 3), {"t1": 1.0})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="y0 must be a floating-point torch.Tensor, got list"):
+        odeint_adaptive(lambda t, y: -y, [[1.0]])  # type: ignore[arg-type]

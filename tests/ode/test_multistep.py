@@ -89,3 +89,10 @@ def test_bad_arguments_are_clear_errors():
         History(capacity=0)
     with pytest.raises(ValueError, match="steps must be a positive int"):
         odeint_multistep(lambda y: y, torch.ones(1), steps=0)
+
+
+def test_a_field_that_would_broadcast_into_the_state_is_an_error():
+    with pytest.raises(ValueError, match=r"shaped like y \(2, 3\), got \(3,\)"):
+        odeint_multistep(lambda y: y.sum(0), torch.ones(2, 3), steps=4, starter=None)
+    with pytest.raises(ValueError, match="t0 must be a finite number, got nan"):
+        odeint_multistep(lambda y: -y, torch.ones(2, 3), math.nan, 1.0, steps=4)

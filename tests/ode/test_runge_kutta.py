@@ -84,3 +84,35 @@ def test_rk_step_is_differentiable():
     y = torch.ones(3, requires_grad=True)
     rk_step(lambda z: torch.sin(z), y, "rk4", 0.5).sum().backward()
     assert y.grad is not None and torch.all(y.grad != 0)
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        (lambda y: y.sum(0), r"f\(y\) must return dy/dt shaped like y \(2, 3\), got \(3,\)"),
+        (lambda y: y.sum(-1), r"shaped like y \(2, 3\), got \(2,\)"),
+        (lambda y: -y.double(), "of y's dtype torch.float32, got torch.float64"),
+        (lambda y: (-y,), "must return a torch.Tensor shaped like y, got tuple"),
+    ],
+)
+def test_a_field_of_the_wrong_shape_or_dtype_is_named_not_broadcast(field, message):
+    """``(3,)`` for a ``(2, 3)`` state used to broadcast into a wrong solution."""
+    y0 = torch.ones(2, 3)
+    error = TypeError if "tuple" in message else ValueError
+    with pytest.raises(error, match=message):
+        rk_step(field, y0, "rk4", h=0.1)
+    with pytest.raises(error, match=message):
+        odeint_fixed(field, y0, steps=2)
+
+
+def test_bad_states_and_times_are_refused_before_the_first_step():
+    with pytest.raises(TypeError, match="y0 must be a floating-point torch.Tensor, got list"):
+        odeint_fixed(lambda y: -y, [1.0], steps=2)
+    with pytest.raises(TypeError, match="y must be a floating-point torch.Tensor, got torch.int64"):
+        rk_step(lambda y: -y, torch.ones(2, dtype=torch.long), "rk4", h=0.1)
+    with pytest.raises(ValueError, match="h must be a finite number, got nan"):
+        rk_step(lambda y: -y, torch.ones(2), "rk4", h=math.nan)
+    with pytest.raises(ValueError, match="t1 must be a finite number, got inf"):
+        odeint_fixed(lambda y: -y, torch.ones(2), 0.0, math.inf, steps=2)
+    with pytest.raises(ValueError, match="steps must be a positive int, got True"):
+        odeint_fixed(lambda y: -y, torch.ones(2), steps=True)

@@ -44,7 +44,7 @@ from torchode.single_step_methods import StepResult
 from torchode.step_size_controllers import IntegralState, rms_norm
 
 from odet.ode.options import SolverOptions
-from odet.ode.runge_kutta import odeint_fixed
+from odet.ode.runge_kutta import check_derivative, check_state, odeint_fixed
 from odet.ode.tableau import get_tableau
 
 __all__ = [
@@ -164,13 +164,7 @@ class _Field(nn.Module):
         batch = self.shape[0]
         t = t.to(z.dtype).expand(batch)  # one convention for both backends: t is (B,)
         y = z[:, : self.n].reshape(self.shape)
-        dy = self.f(t, y)
-        if dy.shape != self.shape:
-            raise ValueError(
-                f"f(t, y) must return dy/dt shaped like y {tuple(self.shape)}, "
-                f"got {tuple(dy.shape)}"
-            )
-        dy = dy.reshape(batch, self.n)
+        dy = check_derivative(self.f(t, y), y, "f(t, y)").reshape(batch, self.n)
         if not self.arclength:
             return dy
         speed = torch.linalg.vector_norm(dy, dim=1, keepdim=True)  # (B, 1)
@@ -464,6 +458,12 @@ def solve(f: VectorField, y0: Tensor, options: SolverOptions) -> SolveResult:
     forward runs without autograd). With ``fixed_steps`` the tableau ``solver`` takes that many
     equal steps: ``fixed_steps × stages`` evaluations for every input.
     """
+    if not isinstance(options, SolverOptions):
+        raise TypeError(
+            f"options must be a SolverOptions, got {type(options).__name__} (build one with "
+            "SolverOptions(**fields), or call odeint_adaptive with keyword options)"
+        )
+    check_state(y0, "y0")
     if options.adjoint and not isinstance(f, nn.Module):
         raise ValueError(
             f"adjoint=True needs f to be an nn.Module (its parameters get the adjoint "
@@ -509,7 +509,8 @@ def _solve_fixed(f: VectorField, y: Tensor, options: SolverOptions, steps: int) 
     batch, n = y.shape[0], y[0].numel()
 
     def g(t: float, z: Tensor) -> Tensor:
-        dy = f(t, z[:, :n].reshape(y.shape)).reshape(batch, n)  # type: ignore[arg-type]
+        state = z[:, :n].reshape(y.shape)
+        dy = check_derivative(f(t, state), state, "f(t, y)").reshape(batch, n)  # type: ignore[arg-type]
         if not options.arclength:
             return dy
         return torch.cat([dy, torch.linalg.vector_norm(dy, dim=1, keepdim=True)], dim=1)

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from torch import Tensor
 
-from odet.ode.runge_kutta import rk_step
+from odet.ode.runge_kutta import check_derivative, check_finite, check_state, rk_step
 from odet.ode.tableau import ButcherTableau
 
 
@@ -123,14 +123,16 @@ def odeint_multistep(
     ``None`` for lower-order Adams–Bashforth steps (Euler, AB2, …) as in a multistep layer stack.
     Cost: one evaluation of ``f`` per step, plus the starter's extra stages.
     """
-    if not isinstance(steps, int) or steps < 1:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
+    check_state(y0, "y0")
+    check_finite(t0=t0, t1=t1)
     adams_bashforth_fractions(order)  # validates ``order``
     h = (t1 - t0) / steps
     history = History(capacity=order)
     y = y0
     for _ in range(steps):
-        history = history.push(f(y))
+        history = history.push(check_derivative(f(y), y))
         if starter is not None and len(history) < order:
             y = rk_step(f, y, starter, h)
         else:
