@@ -203,3 +203,11 @@ def test_make_strategy_makes_a_beam_of_one_greedy_unless_it_bans_ngrams_or_searc
 def test_make_strategy_rejects_bad_names_and_options(name, options, match):
     with pytest.raises(ValueError, match=match):
         make_strategy(name, **options)
+
+
+def test_a_sampling_seed_outside_what_a_generator_takes_is_named():
+    """2**70 failed in torch with 'Overflow when unpacking long long'."""
+    for seed in (2**70, -1, 1.5, True):
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64 - 1\]"):
+            make_strategy("sample", seed=seed)
+    assert make_strategy("sample", seed=2**64 - 1).generator is not None

@@ -4,6 +4,8 @@ trip, and bad configs and sampling options are one-line errors."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -230,16 +232,37 @@ def test_a_state_without_memory_reorders_its_rows():
     [
         ({"temperature": 0.0}, "temperature must be > 0"),
         ({"temperature": -1.0}, "temperature must be > 0"),
-        ({"top_k": 0}, "top_k must be >= 1"),
+        ({"top_k": 0}, "top_k must be an integer >= 1"),
+        ({"top_k": 2.5}, "top_k must be an integer >= 1 (or None), got 2.5"),
         ({"top_p": 0.0}, "top_p must lie in (0, 1]"),
         ({"top_p": 1.5}, "top_p must lie in (0, 1]"),
+        ({"seed": -1}, "seed must be an integer in [0, 2**64 - 1], got -1"),
+        ({"seed": 1.5}, "seed must be an integer in [0, 2**64 - 1], got 1.5"),
+        ({"seed": 2**70}, "seed must be an integer in [0, 2**64 - 1]"),
     ],
 )
 def test_bad_sampling_options_are_one_line_errors(kwargs, message):
     model = CausalLM(small())
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")) as err:
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
         model.generate(tokens(), 2, **kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_flags_and_counts_of_the_wrong_type_are_refused_not_taken_as_truthy():
+    model = CausalLM(small())
+    with pytest.raises(TypeError, match="use_cache must be True or False, got 'no'"):
+        model.generate(tokens(), 2, use_cache="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="compile must be True or False, got 1"):
+        model.generate(tokens(), 2, compile=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got True"):
+        model.generate(tokens(), True)
+
+
+def test_a_prompt_is_checked_whole_though_only_its_last_block_size_tokens_are_read():
+    model = CausalLM(small())
+    prompt = torch.cat([torch.full((3, 4), -1), tokens(length=10)], dim=1)
+    with pytest.raises(ValueError, match="id -1 outside the vocabulary"):
+        model.generate(prompt, 2)
 
 
 def test_inputs_past_the_context_or_vocabulary_are_errors():

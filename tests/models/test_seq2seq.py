@@ -298,6 +298,14 @@ def test_a_hand_made_encoder_output_of_the_wrong_kind_is_named():
         model.decode(tgt, memory)  # type: ignore[arg-type]
 
 
+def test_generate_refuses_a_truthy_non_bool_flag_and_a_min_len_above_max_len():
+    model = Seq2Seq(small_config()).eval()
+    with pytest.raises(TypeError, match="use_cache must be True or False, got 'no'"):
+        model.generate(sources(), use_cache="no")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"min_len \(10\) must be <= max_len \(3\)"):
+        model.generate(sources(), max_len=3, min_len=10)  # was shortened to 3 silently
+
+
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_generation_checks_token_ids_once_per_call_not_at_every_step(use_cache, monkeypatch):
     """The ids check is a reduction read on the host (a device sync): the source is checked

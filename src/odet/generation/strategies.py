@@ -152,6 +152,26 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
+SEED_LIMIT = 2**64 - 1
+"""The largest seed a ``torch.Generator`` takes."""
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` if it is an int in ``[0, 2**64 − 1]`` (what ``torch.Generator.manual_seed``
+    takes; it wraps negative seeds and fails on larger ones with an overflow), else a
+    ``ValueError``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_LIMIT:
+        raise ValueError(f"seed must be an integer in [0, 2**64 - 1], got {seed!r}")
+    return seed
+
+
+def check_flag(name: str, value: object) -> None:
+    """Raise ``TypeError`` unless ``value`` is True or False (a string such as ``"no"`` is
+    truthy and would silently mean True)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
 def _check_finite(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
@@ -405,8 +425,7 @@ def make_strategy(name: StrategyName, **options: Any) -> SearchStrategy:
     if name == "sample" and "seed" in options:
         if options.get("generator") is not None:
             raise ValueError("give either seed or generator to the 'sample' strategy, not both")
-        seed = options.pop("seed")
-        _check_int("seed", seed, 0)
+        seed = check_seed(options.pop("seed"))
         options["generator"] = torch.Generator().manual_seed(seed)
     unknown = sorted(set(options) - allowed)
     if unknown:

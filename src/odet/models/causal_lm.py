@@ -34,6 +34,7 @@ from odet.blocks import (
 )
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.generation import Sampling
+from odet.generation.strategies import check_flag, check_seed
 from odet.models.config import check_layers
 from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
@@ -353,22 +354,31 @@ class CausalLM(nn.Module):
         agree with the eager step to rounding, so the tokens are the same except where two
         tokens' probabilities tie to rounding.
         """
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or (max_new_tokens < 0)
+        ):
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         if not temperature > 0:
             raise ValueError(
                 f"temperature must be > 0 (there is no greedy mode), got {temperature}"
             )
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be >= 1 (or None), got {top_k}")
+        if top_k is not None and (
+            isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1
+        ):
+            raise ValueError(f"top_k must be an integer >= 1 (or None), got {top_k!r}")
+        if seed is not None:
+            check_seed(seed)
+        check_flag("use_cache", use_cache)
+        check_flag("compile", compile)
         if top_p is not None and not 0 < top_p <= 1:
             raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
         if not isinstance(prompt_ids, Tensor):
             raise TypeError(f"prompt_ids must be a torch.Tensor, got {type(prompt_ids).__name__}")
         if compile and self.config.positions == "relative":
             raise ValueError("generate(compile=True) does not support relative positions yet")
-        block_size = self.config.block_size
-        self._check_tokens(prompt_ids[..., -block_size:], 0)
+        self._check_tokens(prompt_ids, 0, crop=True)
         generator = None
         if seed is not None:
             generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)
@@ -471,7 +481,9 @@ class CausalLM(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     # ------------------------------------------------------------------ input checks
-    def _check_tokens(self, tokens: Tensor, offset: int) -> None:
+    def _check_tokens(self, tokens: Tensor, offset: int, *, crop: bool = False) -> None:
+        """Type, shape, length and ids of ``tokens`` after ``offset`` cached positions; with
+        ``crop`` (a prompt) the length is not limited: the model reads the last block_size."""
         if not isinstance(tokens, Tensor):
             raise TypeError(f"tokens must be a torch.Tensor of ids, got {type(tokens).__name__}")
         if tokens.dtype not in (torch.int64, torch.int32):
@@ -482,7 +494,7 @@ class CausalLM(nn.Module):
             raise ValueError(
                 f"tokens must have shape (batch, length > 0), got {tuple(tokens.shape)}"
             )
-        if offset + tokens.shape[1] > self.config.block_size:
+        if not crop and offset + tokens.shape[1] > self.config.block_size:
             raise ValueError(
                 f"{offset + tokens.shape[1]} positions exceed the model's block_size="
                 f"{self.config.block_size}; crop the input to the last block_size tokens"

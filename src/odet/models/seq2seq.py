@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from odet.blocks import STAGE_CACHES, Stack, build_stack
 from odet.generation import Hypothesis, SearchStrategy, generate, make_strategy
+from odet.generation.strategies import check_flag
 from odet.models.config import Seq2SeqConfig
 from odet.models.encoder import Encoder, build_encoder
 from odet.models.serialization import load_model_dir, save_model_dir
@@ -279,6 +280,10 @@ class Seq2Seq(nn.Module):
     ) -> list[list[Hypothesis]]:
         """Run any search strategy (greedy, beam, sampling); n-best lists per source;
         ``compile``: cached decoder steps under ``torch.compile``."""
+        check_flag("use_cache", use_cache)
+        check_flag("compile", compile)
+        if isinstance(max_len, int) and isinstance(min_len, int) and 0 <= max_len < min_len:
+            raise ValueError(f"min_len ({min_len}) must be <= max_len ({max_len})")
         encoder_out = self.encode(src_tokens)
         if max_len is None:
             max_len = 2 * src_tokens.shape[1] + 10
