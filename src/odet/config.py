@@ -169,13 +169,18 @@ def suggest(key: str, valid: typing.Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def require_mapping(data: object, where: str) -> None:
+    """Raise ``ConfigError`` unless ``data`` is a mapping (a config read from YAML or JSON)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     """Build dataclass ``cls`` from a mapping; unknown keys are errors with a suggestion.
 
     Nested dataclass fields are built recursively from nested mappings.
     """
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    require_mapping(data, where or cls.__name__)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}

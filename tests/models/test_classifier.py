@@ -128,3 +128,8 @@ def test_from_dict_rejects_unknown_keys_with_a_suggestion_and_round_trips():
         {**SMALL, "encoder_method": "continuous", "fixed_steps": 4, "solver": "rk2"}
     )
     assert ClassifierConfig.from_dict(config.to_dict()) == config
+
+
+def test_a_classifier_config_that_is_not_a_mapping_is_a_config_error():
+    with pytest.raises(ConfigError, match="model: expected a mapping, got list"):
+        ClassifierConfig.from_dict([("vocab_size", 4)])  # type: ignore[arg-type]

@@ -229,6 +229,20 @@ def test_bad_config_values_are_rejected_with_a_message_naming_the_key(overrides,
         small_config(**overrides)
 
 
+@pytest.mark.parametrize("data", [None, [("vocab_size", 10)], "vocab_size: 10"])
+def test_a_config_that_is_not_a_mapping_is_a_config_error(data):
+    """It was an AttributeError ('list' object has no attribute 'get')."""
+    with pytest.raises(ConfigError, match=f"model: expected a mapping, got {type(data).__name__}"):
+        Seq2SeqConfig.from_dict(data)  # type: ignore[arg-type]
+
+
+def test_from_pretrained_names_a_map_location_that_is_no_device(tmp_path):
+    """It was reported as a corrupt weights file."""
+    Seq2Seq(small_config()).save_pretrained(tmp_path / "m")
+    with pytest.raises(ValueError, match="map_location 'gpu' is not a device this torch can use"):
+        Seq2Seq.from_pretrained(tmp_path / "m", map_location="gpu")
+
+
 def test_unknown_config_key_suggests_the_nearest_valid_key():
     with pytest.raises(
         ConfigError,

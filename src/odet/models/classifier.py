@@ -22,7 +22,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from odet.blocks import STACK_METHODS, CoefficientScheme, StackOptions
-from odet.config import ConfigError, check, check_types, from_dict, suggest, to_dict
+from odet.config import (
+    ConfigError,
+    check,
+    check_types,
+    from_dict,
+    require_mapping,
+    suggest,
+    to_dict,
+)
 from odet.models.config import (
     CONTINUOUS,
     ContinuousEncoderConfig,
@@ -130,6 +138,7 @@ class ClassifierConfig:
         The continuous encoder's keys may stand flat beside the others (the layout before #20,
         kept by old configs and checkpoints) or under ``continuous``, not both.
         """
+        require_mapping(data, where)
         flat = {key: value for key, value in data.items() if key in CONTINUOUS_KEYS}
         nested = data.get("continuous", {})
         if flat and nested:

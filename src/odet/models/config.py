@@ -14,7 +14,7 @@ from odet.blocks import (
     coefficient_problem,
     history_problem,
 )
-from odet.config import check, check_types, from_dict, suggest, to_dict
+from odet.config import check, check_types, from_dict, require_mapping, suggest, to_dict
 from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from odet.models.presets import PRESETS
 from odet.nn import Activation, FieldConvention, FieldSpec, PositionScheme, TimeConditioning
@@ -322,6 +322,7 @@ class Seq2SeqConfig:
         """Build from a mapping (e.g. YAML); unknown keys are errors naming the closest key.
         With ``preset``, that architecture's keys (``odet.models.presets.PRESETS``) come first
         and the mapping's other keys override them."""
+        require_mapping(data, "model")
         preset = data.get("preset")
         if preset is not None:
             _check_preset(preset)

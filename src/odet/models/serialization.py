@@ -105,6 +105,19 @@ def _check_shapes(model: nn.Module, weights: Path) -> None:
         )
 
 
+def _check_device(map_location: object) -> None:
+    """Raise ``ValueError`` for a ``map_location`` that is not a usable device, before the
+    weights are read (else the load's error reads as a corrupt file)."""
+    try:
+        torch.empty(0, device=map_location)  # type: ignore[call-overload]
+    except (RuntimeError, TypeError, AssertionError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(
+            f"map_location {map_location!r} is not a device this torch can use ({reason}); "
+            "pass e.g. 'cpu', 'cuda' or 'cuda:1'"
+        ) from None
+
+
 def load_model_dir(
     path: str | Path,
     *,
@@ -113,6 +126,7 @@ def load_model_dir(
     map_location: str | torch.device = "cpu",
 ) -> M:
     """Rebuild a model from its stored config with ``build`` and load its safetensors weights."""
+    _check_device(map_location)
     path = Path(path)
     model = build(read_model_config(path, model_type=model_type))
     weights = path / WEIGHTS_NAME
