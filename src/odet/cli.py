@@ -210,7 +210,7 @@ def _read_input(path: str | None) -> tuple[list[str], int]:
     from odet.data.text import DataError, read_binary, split_lines
 
     name = "stdin" if path in (None, "-") else f"--input {path}"
-    raw = sys.stdin.buffer.read() if path in (None, "-") else read_binary(path, "--input")
+    raw = _stdin_bytes() if path in (None, "-") else read_binary(path, "--input")
     lines, invalid = [], 0
     for line in split_lines(raw):
         try:
@@ -260,12 +260,19 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stdin_bytes() -> bytes:
+    """All of stdin as bytes; a text stream without a byte buffer (a notebook's, a test's
+    ``StringIO``) is encoded back to UTF-8."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")
+
+
 def _read_prompt() -> str:
     """``odet sample``'s prompt from stdin; bytes that are not UTF-8 are a ``DataError`` naming
     the line and byte, as for every other input."""
     from odet.data.text import DataError
 
-    raw = sys.stdin.buffer.read()
+    raw = _stdin_bytes()
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
