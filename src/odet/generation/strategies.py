@@ -156,10 +156,11 @@ SEED_LIMIT = 2**64 - 1
 """The largest seed a ``torch.Generator`` takes."""
 
 
-def check_seed(seed: object) -> int:
+def check_generator_seed(seed: object) -> int:
     """``seed`` if it is an int in ``[0, 2**64 − 1]`` (what ``torch.Generator.manual_seed``
     takes; it wraps negative seeds and fails on larger ones with an overflow), else a
-    ``ValueError``."""
+    ``ValueError``. A seed passed in code; configs' seeds are narrower
+    (:func:`odet.config.check_seed`: NumPy and Python are seeded from them too)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_LIMIT:
         raise ValueError(f"seed must be an integer in [0, 2**64 - 1], got {seed!r}")
     return seed
@@ -425,7 +426,7 @@ def make_strategy(name: StrategyName, **options: Any) -> SearchStrategy:
     if name == "sample" and "seed" in options:
         if options.get("generator") is not None:
             raise ValueError("give either seed or generator to the 'sample' strategy, not both")
-        seed = check_seed(options.pop("seed"))
+        seed = check_generator_seed(options.pop("seed"))
         options["generator"] = torch.Generator().manual_seed(seed)
     unknown = sorted(set(options) - allowed)
     if unknown:

@@ -34,7 +34,7 @@ from odet.blocks import (
 )
 from odet.config import check, check_types, from_dict, suggest, to_dict
 from odet.generation import Sampling
-from odet.generation.strategies import check_flag, check_seed
+from odet.generation.strategies import check_flag, check_generator_seed
 from odet.models.config import check_layers
 from odet.models.serialization import load_model_dir, save_model_dir
 from odet.nn import (
@@ -369,7 +369,7 @@ class CausalLM(nn.Module):
         ):
             raise ValueError(f"top_k must be an integer >= 1 (or None), got {top_k!r}")
         if seed is not None:
-            check_seed(seed)
+            check_generator_seed(seed)
         check_flag("use_cache", use_cache)
         check_flag("compile", compile)
         if top_p is not None and not 0 < top_p <= 1:
