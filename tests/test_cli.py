@@ -257,3 +257,21 @@ def test_an_internal_error_keeps_its_traceback_and_says_it_is_a_bug(monkeypatch,
     err = capsys.readouterr().err
     assert "Traceback" in err and "RuntimeError: an invariant broke" in err
     assert err.strip().splitlines()[-1].startswith("odet: internal error (a bug in odet")
+
+
+def test_a_failed_ode_solve_in_any_command_is_one_line_and_exit_1_not_a_bug(monkeypatch, capsys):
+    """``generate``/``evaluate``/``analyze`` of an adaptive model whose solve fails were
+    reported as an internal error with a torchode traceback."""
+    import torch
+
+    from odet import cli
+    from odet.ode import odeint_adaptive
+
+    def failing(args):
+        return odeint_adaptive(lambda t, y: -50.0 * y, torch.ones(2, 1), max_steps=2)
+
+    monkeypatch.setitem(cli.COMMANDS, "config", failing)
+    assert cli.main(["config", "show", "configs/multi30k/euler.yaml"]) == cli.EXIT_TRAINING_FAILED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("odet: error: adaptive solve (torchode, dopri5) failed (max_steps)")

@@ -954,6 +954,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, DataError, CheckpointError, ValueError, OSError)
 
 
+def _numerical_failures() -> tuple[type[Exception], ...]:
+    """Failures of the model's numbers: training that keeps going non-finite, an ODE solve
+    that does not reach ``t1`` (imported when an error is being handled)."""
+    from odet.ode import SolverError
+
+    return (FloatingPointError, SolverError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -976,7 +984,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("odet: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except FloatingPointError as err:
+    except _numerical_failures() as err:  # the model's numbers, not a bug nor the input
         print(f"odet: error: {err}", file=sys.stderr)
         return EXIT_TRAINING_FAILED
     except _user_errors() as err:

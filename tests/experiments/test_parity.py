@@ -1,4 +1,5 @@
 import csv
+import math
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,20 @@ def test_same_seed_reproduces_the_same_accuracies(tmp_path):
     first = run_parity(config, tmp_path / "a", progress=False).variants[0]
     second = run_parity(config, tmp_path / "b", progress=False).variants[0]
     assert first.per_length == second.per_length and first.final_loss == second.final_loss
+
+
+def test_a_diverged_fixed_step_node_counts_every_test_solve_as_failed(tmp_path):
+    """quick.yaml's RK4×4 seed 4 ended with NaN weights and was reported with 0 failed
+    solves: fixed-step solves did not flag non-finite states."""
+    fixed = {"encoder_method": "continuous", "layer_norm": False, "solver": "rk4",
+             "fixed_steps": 2, "time_conditioning": "concat"}  # fmt: skip
+    config = ParityExperimentConfig.from_dict(
+        {**TINY, "training": {"steps": 3, "batch_size": 16, "lr": 1e12},
+         "variants": [{"name": "rk4x2", "model": fixed}]}  # fmt: skip
+    )
+    result = run_parity(config, tmp_path, progress=False).variants[0]
+    assert math.isnan(result.final_loss) and result.accuracy_trained == 0.5
+    assert result.failed == 4 * 5  # every test sentence of lengths 1-5
 
 
 def test_main_runs_a_yaml_config(tmp_path, capsys):

@@ -352,3 +352,39 @@ def test_solve_takes_solver_options_and_a_tensor_state():
         solve(lambda t, y: -y, torch.ones(2, 3), {"t1": 1.0})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="y0 must be a floating-point torch.Tensor, got list"):
         odeint_adaptive(lambda t, y: -y, [[1.0]])  # type: ignore[arg-type]
+
+
+def _breaks_sample_1_after(t_break: float):
+    def f(t, y):  # sample 1's derivative turns NaN from t_break on; sample 0 decays
+        bad = torch.tensor([False, t >= t_break])[:, None]
+        return torch.where(bad, torch.nan, -y)
+
+    return f
+
+
+def test_a_fixed_step_solve_flags_the_sample_whose_state_turned_non_finite():
+    """It reported success with a NaN state: the status and t_final now say which sample and
+    from which step, as an adaptive solve's do."""
+    options = SolverOptions(fixed_steps=4, solver="rk4", on_failure="flag")
+    result = solve(_breaks_sample_1_after(0.6), torch.ones(2, 3, dtype=torch.float64), options)
+    stats = result.stats
+    assert stats.status == (SolveStatus.SUCCESS, SolveStatus.NON_FINITE)
+    assert stats.failed == (1,) and not stats.ok
+    assert stats.t_final.tolist() == [1.0, 0.5]  # its stage at 0.625 broke the step from 0.5
+    torch.testing.assert_close(result.y[0], torch.full((3,), math.exp(-1.0), dtype=torch.float64),
+                               rtol=1e-3, atol=0)  # fmt: skip
+    assert torch.isnan(result.y[1]).all()
+
+
+def test_a_fixed_step_solve_raises_on_a_non_finite_state_by_default():
+    options = SolverOptions(fixed_steps=4, solver="euler")
+    expected = r"fixed-step solve \(euler, 4 steps\) failed \(non_finite\) for samples \[1\]: "
+    with pytest.raises(SolverError, match=expected + r".* from t = \[0.25\]") as info:
+        solve(_breaks_sample_1_after(0.25), torch.ones(2, 3), options)
+    assert info.value.result.stats.status[0] is SolveStatus.SUCCESS
+
+
+def test_a_finite_fixed_step_solve_still_succeeds_with_arclength():
+    options = SolverOptions(fixed_steps=3, solver="rk4", arclength=True)
+    stats = solve(lambda t, y: -y, torch.ones(2, 3), options).stats
+    assert stats.ok and stats.t_final.tolist() == [1.0, 1.0]

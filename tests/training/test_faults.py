@@ -53,6 +53,43 @@ def test_too_many_non_finite_updates_in_a_row_stop_with_a_clear_message(
     assert "3 updates in a row had non-finite loss or gradients" in capsys.readouterr().err
 
 
+def _adaptive(copy_data, run, **continuous) -> dict:
+    model = {"encoder_method": "adaptive", "dropout": 0.0,
+             "continuous": {"rtol": 1e-2, "atol": 1e-2, **continuous}}  # fmt: skip
+    return tiny_config(copy_data, run, model=model,
+                       train={"max_updates": 2, "save_every_updates": 1})  # fmt: skip
+
+
+def test_a_failed_encoder_solve_stops_training_with_one_line_not_an_internal_error(
+    copy_data, tmp_path, capsys
+):
+    """It was exit 70, 'internal error (a bug in odet)', with a torchode traceback."""
+    config = _adaptive(copy_data, tmp_path / "run", max_steps=2)
+    assert main(["train", str(write_config(tmp_path / "c.yaml", config))]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
+    assert "odet: error: the encoder's solve failed (max_steps) for " in err
+    assert "at update 1; raise model.continuous.max_steps" in err
+    assert "model.continuous.on_failure: flag" in err
+
+
+def test_a_flagged_solve_failure_skips_the_update_and_both_keys_may_change_on_resume(
+    copy_data, tmp_path, capsys
+):
+    run = tmp_path / "run"
+    train(TrainConfig.from_dict(_adaptive(copy_data, run)))  # 2 good updates, checkpointed
+    config = _adaptive(copy_data, run, max_steps=2, on_failure="flag")
+    config["train"].update(max_updates=4, max_bad_updates=2)
+    assert main(["train", str(write_config(tmp_path / "c.yaml", config))]) == 1
+    err = capsys.readouterr().err
+    assert "2 updates in a row were skipped, the last because the encoder solve failed for" in err
+    assert "(at update 3); raise model.continuous.max_steps" in err
+    log = (run / "train.log").read_text()
+    assert "resumed with model.continuous.max_steps changed from" in log
+    assert "encoder solve failed for" in log and "at update 3: step skipped (1 in a row" in log
+    assert latest_checkpoint(run / "checkpoints").state.step == 2  # nothing trained on them
+
+
 def _command(config_path) -> list[str]:
     return [sys.executable, "-m", "odet.cli", "train", str(config_path), "--no-progress"]
 

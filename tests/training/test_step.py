@@ -131,11 +131,24 @@ def test_arclength_regulariser_adds_its_weight_times_arclength_per_token(device)
     assert regularised.nll == plain.nll
 
 
+def test_a_flagged_solve_failure_makes_the_step_loss_nan_after_a_full_backward(device):
+    """Training on states that never reached t1 was silent; the step must still backpropagate
+    (data-parallel ranks all-reduce in backward) and make its update skip on every rank."""
+    continuous = ContinuousEncoderConfig(max_steps=1, on_failure="flag")
+    model = _model(encoder_method="adaptive", continuous=continuous).to(device)
+    batch = _batch().to(device)
+    step = train_step(model, batch, Objective(model.config.pad_id, 0.0),
+                      ForwardPrecision("fp32", device.type))  # fmt: skip
+    assert math.isnan(step.loss) and math.isfinite(step.nll)
+    assert step.failed_solves == batch.src.shape[0]
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 def test_accumulation_sums_steps():
     sums = Accumulation()
     sums.add(StepResult(loss=2.0, nll=1.5, tokens=4, nfe=None))
-    sums.add(StepResult(loss=3.0, nll=2.5, tokens=6, nfe=7.0))
-    assert sums == Accumulation(batches=2, tokens=10, loss=5.0, nll=4.0)
+    sums.add(StepResult(loss=3.0, nll=2.5, tokens=6, nfe=7.0, failed_solves=2))
+    assert sums == Accumulation(batches=2, tokens=10, loss=5.0, nll=4.0, failed_solves=2)
 
 
 def _sgd_problem():
@@ -188,6 +201,17 @@ def test_record_skipped_update_counts_and_stops_after_too_many_in_a_row(caplog):
     assert "non-finite loss at update 8: step skipped (1 in a row, 1 in total)" in caplog.text
     with pytest.raises(FloatingPointError, match="2 updates in a row had non-finite loss"):
         record_skipped_update(state, skipped, max_in_a_row=2)
+
+
+def test_a_skipped_update_names_the_failed_solves_and_the_solver_settings_to_change(caplog):
+    state = TrainerState(step=4)
+    skipped = UpdateResult(applied=False, loss_finite=False, grad_norm=float("nan"))
+    with caplog.at_level(logging.WARNING, logger="odet.train"):
+        record_skipped_update(state, skipped, max_in_a_row=2, failed_solves=3)
+    assert "encoder solve failed for 3 sentences at update 5: step skipped" in caplog.text
+    expected = r"the encoder solve failed for 3 sentences \(at update 5\); raise model.continuous"
+    with pytest.raises(FloatingPointError, match=expected):
+        record_skipped_update(state, skipped, max_in_a_row=2, failed_solves=3)
 
 
 def test_build_optimizer_is_adam_with_the_configured_warmup():

@@ -181,11 +181,13 @@ class ParityExperimentConfig:
 
     def classifier_config(self, variant: VariantConfig) -> ClassifierConfig:
         """The variant's model: base keys, then the variant's; continuous encoders compute the
-        arclength unless told not to (it is reported even when unpenalised)."""
+        arclength (it is reported even when unpenalised) and flag failed solves (counted: a
+        measured outcome, trained through as the paper's Adam does) unless told otherwise."""
         data: dict[str, Any] = {"vocab_size": VOCAB_SIZE, "pad_id": PAD_ID, **self.model}
         data.update(variant.model)
         if data.get("encoder_method") == CONTINUOUS:
             data.setdefault("arclength", True)
+            data.setdefault("on_failure", "flag")
         try:
             return ClassifierConfig.from_dict(data, where=f"variants[{variant.name}].model")
         except ConfigError as err:

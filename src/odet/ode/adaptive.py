@@ -44,7 +44,7 @@ from torchode.single_step_methods import StepResult
 from torchode.step_size_controllers import IntegralState, rms_norm
 
 from odet.ode.options import SolverOptions
-from odet.ode.runge_kutta import check_derivative, check_state, odeint_fixed
+from odet.ode.runge_kutta import check_derivative, check_state, rk_step
 from odet.ode.tableau import get_tableau
 
 __all__ = [
@@ -137,7 +137,8 @@ class SolveResult:
 
 
 class SolverError(RuntimeError):
-    """An adaptive solve failed for some samples; ``result`` holds what was reached."""
+    """A solve failed for some samples (adaptive, or fixed steps whose state turned inf/NaN);
+    ``result`` holds what was reached."""
 
     def __init__(self, message: str, result: SolveResult) -> None:
         super().__init__(message)
@@ -456,7 +457,8 @@ def solve(f: VectorField, y0: Tensor, options: SolverOptions) -> SolveResult:
     :class:`SolverError`, or with ``on_failure="flag"`` returns the last accepted state with the
     per-sample status flagged (differentiable, except after a failed adjoint solve, whose
     forward runs without autograd). With ``fixed_steps`` the tableau ``solver`` takes that many
-    equal steps: ``fixed_steps × stages`` evaluations for every input.
+    equal steps: ``fixed_steps × stages`` evaluations for every input; a sample whose state
+    turns inf/NaN fails (``NON_FINITE``) as above.
     """
     if not isinstance(options, SolverOptions):
         raise TypeError(
@@ -505,7 +507,11 @@ def solve(f: VectorField, y0: Tensor, options: SolverOptions) -> SolveResult:
 
 def _solve_fixed(f: VectorField, y: Tensor, options: SolverOptions, steps: int) -> SolveResult:
     """Fixed steps; the arclength rides along as an extra state component, integrated by the
-    same tableau (the adaptive path does the same under error control)."""
+    same tableau (the adaptive path does the same under error control).
+
+    A sample whose state turns inf/NaN is flagged ``NON_FINITE`` (its ``t_final`` the start of
+    the step that broke it) and raises or is returned as computed, per ``on_failure``: the
+    same contract as an adaptive solve, for one ``(B,)`` read per solve."""
     batch, n = y.shape[0], y[0].numel()
 
     def g(t: float, z: Tensor) -> Tensor:
@@ -515,22 +521,36 @@ def _solve_fixed(f: VectorField, y: Tensor, options: SolverOptions, steps: int) 
             return dy
         return torch.cat([dy, torch.linalg.vector_norm(dy, dim=1, keepdim=True)], dim=1)
 
-    z0 = y.reshape(batch, n)
+    z = y.reshape(batch, n)
     if options.arclength:
-        z0 = torch.cat([z0, z0.new_zeros(batch, 1)], dim=1)
-    z = odeint_fixed(g, z0, options.t0, options.t1, steps, options.solver, autonomous=False)
-    nfe = steps * get_tableau(options.solver).num_stages
+        z = torch.cat([z, z.new_zeros(batch, 1)], dim=1)
+    tableau = get_tableau(options.solver)
+    h = (options.t1 - options.t0) / steps
+    t_final = y.new_full((batch,), options.t1)
+    finite = torch.ones(batch, dtype=torch.bool, device=y.device)
+    for i in range(steps):
+        t = options.t0 + i * h
+        z = rk_step(g, z, tableau, h, t=t)
+        broke = finite & ~torch.isfinite(z.detach()).all(dim=1)
+        t_final = t_final.masked_fill(broke, t)
+        finite = finite & ~broke
+    nfe = steps * tableau.num_stages
     accepted = torch.full((batch,), steps, dtype=torch.long, device=y.device)
     stats = SolveStats(
         nfe=torch.full_like(accepted, nfe),
         nfe_total=nfe,
         accepted=accepted,
         rejected=torch.zeros_like(accepted),
-        t_final=y.new_full((batch,), options.t1),
-        status=(SolveStatus.SUCCESS,) * batch,
+        t_final=t_final,
+        status=tuple(
+            SolveStatus.SUCCESS if ok else SolveStatus.NON_FINITE for ok in finite.tolist()
+        ),
         arclength=z[:, n] if options.arclength else None,
     )
-    return SolveResult(y=z[:, :n].reshape(y.shape), stats=stats)
+    result = SolveResult(y=z[:, :n].reshape(y.shape), stats=stats)
+    if options.on_failure == "raise" and not stats.ok:
+        raise SolverError(_failure_message(options, stats), result)
+    return result
 
 
 def _failure_message(options: SolverOptions, stats: SolveStats) -> str:
@@ -539,10 +559,16 @@ def _failure_message(options: SolverOptions, stats: SolveStats) -> str:
     reasons = sorted({stats.status[i].value for i in failed})
     reached = [round(float(stats.t_final[i]), 6) for i in shown]
     more = f" (+{len(failed) - len(shown)} more)" if len(failed) > len(shown) else ""
+    hint = "pass on_failure='flag' to get the partial result instead of this error"
+    if options.fixed_steps is not None:
+        return (
+            f"fixed-step solve ({options.solver}, {options.fixed_steps} steps) failed "
+            f"({', '.join(reasons)}) for samples {shown}{more}: the state turned inf/NaN in the "
+            f"step from t = {reached} (t1 = {options.t1}); {hint}"
+        )
     return (
         f"adaptive solve ({options.backend}, {options.solver}) failed ({', '.join(reasons)}) for "
         f"samples {shown}{more}: reached t = {reached} of t1 = {options.t1} with max_steps = "
         f"{options.max_steps} "
-        f"(steps taken: {[int(stats.accepted[i] + stats.rejected[i]) for i in shown]}); "
-        f"pass on_failure='flag' to get the partial result instead of this error"
+        f"(steps taken: {[int(stats.accepted[i] + stats.rejected[i]) for i in shown]}); {hint}"
     )

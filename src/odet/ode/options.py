@@ -73,8 +73,9 @@ class SolverOptions:
     first_step: float | None = None
     """The adaptive solver's first step size; ``None`` lets the backend choose."""
     on_failure: OnFailure = "raise"
-    """A failed adaptive solve raises ``SolverError`` or, with ``"flag"``, returns the state
-    reached with the per-sample status flagged."""
+    """A failed solve (an adaptive one, or fixed steps whose state turned inf/NaN) raises
+    ``SolverError`` or, with ``"flag"``, returns the state reached with the per-sample status
+    flagged."""
     grad_through_step_size: bool = True
     """Backpropagate through the step-size controller too (torchode's default: each step size
     is a differentiable function of the error estimates); ``False`` detaches the step sizes,

@@ -56,7 +56,10 @@ RESUME_SAFE_KEYS: frozenset[str] = frozenset(
         "train.progress",
         "train.keep_last",
         "train.patience",
+        "train.max_bad_updates",
         "train.save_every_updates",
+        "model.continuous.on_failure",
+        "model.continuous.max_steps",
     }
 )
 RESUME_SAFE_SECTIONS: tuple[str, ...] = ("generation.",)
@@ -67,10 +70,12 @@ def is_resume_safe(key: str) -> bool:
     the config it is resumed with.
 
     This is the one rule: budgets, logging, threads, compilation, checkpoint retention,
-    patience and the ``generation`` section change what is done next, not the model, the
-    optimizer or the order of the data, so a resumed run stays the run it was. Every other key
-    (``model.*``, ``data.*``, ``optim.*``, ``seed``, ``train.max_tokens``,
-    ``train.update_freq``, ...) must be equal, or the rerun is refused.
+    patience, when skipped updates stop a run, what a continuous encoder's failed solve does
+    (``on_failure``, and ``max_steps``, which only decides when a solve has failed) and the
+    ``generation`` section change what is done next, not the model, the optimizer or the
+    order of the data, so a resumed run stays the run it was. Every other key (``model.*``,
+    ``data.*``, ``optim.*``, ``seed``, ``train.max_tokens``, ``train.update_freq``, ...) must
+    be equal, or the rerun is refused.
     """
     return key in RESUME_SAFE_KEYS or key.startswith(RESUME_SAFE_SECTIONS)
 

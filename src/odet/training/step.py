@@ -23,7 +23,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from odet.data import Batch
 from odet.generation import DecodePrecision
 from odet.nn.precision import Precision, autocast_bf16, precision_context, resolve_precision
-from odet.ode import SolveStats
+from odet.ode import SolverError, SolveStats
 from odet.training.checkpoint import TrainerState
 from odet.training.compile import compile_step
 from odet.training.config import LoopConfig, OptimConfig
@@ -62,6 +62,26 @@ class ForwardPrecision:
         if self.precision == "bf16" and not self.math_sdpa:
             return autocast_bf16(self.device_type, math_sdpa=False)
         return precision_context(self.precision, self.device_type)
+
+
+SOLVE_FAILURE_REMEDY = (
+    "raise model.continuous.max_steps, loosen its rtol/atol, lower optim.lr or set "
+    "model.continuous.spectral_norm"
+)
+"""What to change when a continuous encoder's solve keeps failing in training."""
+
+
+def solve_failure(err: SolverError, update: int) -> FloatingPointError:
+    """The training error for an encoder solve that raised (``on_failure: raise``) at
+    ``update``: what failed, for how many sentences, and what to change."""
+    stats = err.result.stats
+    reasons = ", ".join(sorted({stats.status[i].value for i in stats.failed}))
+    return FloatingPointError(
+        f"the encoder's solve failed ({reasons}) for {len(stats.failed)} of "
+        f"{len(stats.status)} sentences at update {update}; {SOLVE_FAILURE_REMEDY}, or set "
+        "model.continuous.on_failure: flag to skip the updates whose solve fails (both may "
+        "change when the run resumes from its last checkpoint)"
+    )
 
 
 ForwardLoss = Callable[
@@ -112,6 +132,9 @@ class StepResult:
     """Target tokens (non-padding) of the batch."""
     nfe: float | None
     """Mean encoder function evaluations per sentence; ``None`` for a discrete encoder."""
+    failed_solves: int = 0
+    """Sentences whose encoder solve failed (``on_failure: flag``); their step's ``loss`` is
+    NaN, so that the update skips on every rank."""
 
 
 def train_step(
@@ -122,6 +145,9 @@ def train_step(
     ``model`` is the module training calls (the model or its data-parallel wrapper) and must
     return ``(logits, stats)`` for ``with_stats=True``; ``stats`` is ``None`` unless the encoder
     is continuous. ``objective.forward`` computes the loss (``forward_loss`` or it compiled).
+    A solve that failed for some sentences (flagged, not raised) still backpropagates, so that
+    data-parallel ranks stay in step, but reports a NaN loss: the update is skipped, not
+    trained on states that never reached ``t1``.
     """
     ntok = int(batch.tgt_out.ne(objective.pad_id).sum())
     with precision.context():
@@ -138,7 +164,14 @@ def train_step(
             # λ · mean arclength per update, after normalising by its tokens
             loss = loss + objective.arclength_weight * stats.arclength.mean() * ntok
     loss.backward()
-    return StepResult(loss=loss.item(), nll=nll.item(), tokens=ntok, nfe=nfe)
+    failed = 0 if stats is None else len(stats.failed)
+    return StepResult(
+        loss=math.nan if failed else loss.item(),
+        nll=nll.item(),
+        tokens=ntok,
+        nfe=nfe,
+        failed_solves=failed,
+    )
 
 
 @dataclass
@@ -149,12 +182,14 @@ class Accumulation:
     tokens: int = 0
     loss: float = 0.0
     nll: float = 0.0
+    failed_solves: int = 0
 
     def add(self, step: StepResult) -> None:
         self.batches += 1
         self.tokens += step.tokens
         self.loss += step.loss
         self.nll += step.nll
+        self.failed_solves += step.failed_solves
 
 
 @dataclass(frozen=True)
@@ -241,21 +276,34 @@ def apply_update(
     return UpdateResult(applied=True, loss_finite=True, grad_norm=float(grad_norm))
 
 
-def record_skipped_update(state: TrainerState, result: UpdateResult, *, max_in_a_row: int) -> None:
+def record_skipped_update(
+    state: TrainerState, result: UpdateResult, *, max_in_a_row: int, failed_solves: int = 0
+) -> None:
     """Count a skipped update in ``state`` and log it; ``max_in_a_row`` in a row stop training
-    with ``FloatingPointError``."""
+    with ``FloatingPointError``. ``failed_solves``: the update's sentences whose encoder solve
+    failed (what made its loss NaN)."""
     state.skipped_updates += 1
     state.bad_in_a_row += 1
+    if failed_solves:
+        what = f"encoder solve failed for {failed_solves} sentences"
+    else:
+        what = f"non-finite {'gradients' if result.loss_finite else 'loss'}"
     logger.warning(
-        "non-finite %s at update %d: step skipped (%d in a row, %d in total)",
-        "gradients" if result.loss_finite else "loss",
+        "%s at update %d: step skipped (%d in a row, %d in total)",
+        what,
         state.step + 1,
         state.bad_in_a_row,
         state.skipped_updates,
     )
-    if state.bad_in_a_row >= max_in_a_row:
+    if state.bad_in_a_row < max_in_a_row:
+        return
+    if failed_solves:
         raise FloatingPointError(
-            f"{state.bad_in_a_row} updates in a row had non-finite loss or "
-            f"gradients (at update {state.step + 1}); lower optim.lr, "
-            "enable optim.clip_norm, or check the data"
+            f"{state.bad_in_a_row} updates in a row were skipped, the last because the {what} "
+            f"(at update {state.step + 1}); {SOLVE_FAILURE_REMEDY}"
         )
+    raise FloatingPointError(
+        f"{state.bad_in_a_row} updates in a row had non-finite loss or "
+        f"gradients (at update {state.step + 1}); lower optim.lr, "
+        "enable optim.clip_norm, or check the data"
+    )

@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from odet.models import Seq2Seq
+from odet.ode import SolverError
 from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name
 from odet.training.compile import compile_counts
 from odet.training.config import TrainConfig
@@ -50,6 +51,7 @@ from odet.training.step import (
     apply_update,
     build_optimizer,
     record_skipped_update,
+    solve_failure,
     train_step,
 )
 from odet.training.validate import Evaluator, coefficient_record, track_best
@@ -226,7 +228,12 @@ class Trainer:
                 last_of_epoch = self.batcher.state_dict()["position"] >= len(self.batcher)
                 updating = accumulated.batches + 1 >= update_freq or last_of_epoch
                 with self.parallel.gradient_sync(updating):
-                    step = train_step(self.parallel.module, batch, self.objective, self.precision)
+                    try:
+                        step = train_step(
+                            self.parallel.module, batch, self.objective, self.precision
+                        )
+                    except SolverError as err:
+                        raise solve_failure(err, self.state.step + 1) from err
                 accumulated.add(step)
                 window.add_nfe(step.nfe)
                 if updating:
@@ -249,8 +256,8 @@ class Trainer:
         c = self.config.train
         over_time = bool(c.max_minutes) and (time.perf_counter() - started >= 60 * c.max_minutes)
         flags = [float(signals.received is not None), float(over_time)]
-        sums = [accumulated.tokens, accumulated.loss, accumulated.nll, *flags]
-        tokens, loss, nll, stop_flag, time_flag = self.dist.all_reduce_sum(sums)
+        sums = [accumulated.tokens, accumulated.loss, accumulated.nll, accumulated.failed_solves]
+        tokens, loss, nll, failed, stop_flag, time_flag = self.dist.all_reduce_sum(sums + flags)
         result = apply_update(
             params,
             self.optimizer,
@@ -261,7 +268,9 @@ class Trainer:
             clip_norm=self.config.optim.clip_norm,
         )
         if not result.applied:
-            record_skipped_update(self.state, result, max_in_a_row=c.max_bad_updates)
+            record_skipped_update(
+                self.state, result, max_in_a_row=c.max_bad_updates, failed_solves=int(failed)
+            )
             return ""
         self.state.bad_in_a_row = 0
         self.state.step += 1
