@@ -69,10 +69,9 @@ def test_a_diverged_fixed_step_node_counts_every_test_solve_as_failed(tmp_path):
     solves: fixed-step solves did not flag non-finite states."""
     fixed = {"encoder_method": "continuous", "layer_norm": False, "solver": "rk4",
              "fixed_steps": 2, "time_conditioning": "concat"}  # fmt: skip
-    config = ParityExperimentConfig.from_dict(
-        {**TINY, "training": {"steps": 3, "batch_size": 16, "lr": 1e12},
-         "variants": [{"name": "rk4x2", "model": fixed}]}  # fmt: skip
-    )
+    training = {"steps": 3, "batch_size": 16, "lr": 1e12}
+    variants = [{"name": "rk4x2", "model": fixed}]
+    config = ParityExperimentConfig.from_dict({**TINY, "training": training, "variants": variants})
     result = run_parity(config, tmp_path, progress=False).variants[0]
     assert math.isnan(result.final_loss) and result.accuracy_trained == 0.5
     assert result.failed == 4 * 5  # every test sentence of lengths 1-5

@@ -85,7 +85,7 @@ def test_a_flagged_solve_failure_skips_the_update_and_both_keys_may_change_on_re
     assert "2 updates in a row were skipped, the last because the encoder solve failed for" in err
     assert "(at update 3); raise model.continuous.max_steps" in err
     log = (run / "train.log").read_text()
-    assert "resumed with model.continuous.max_steps changed from" in log
+    assert "resumed with model.continuous.max_steps changed from 1000 to 2" in log
     assert "encoder solve failed for" in log and "at update 3: step skipped (1 in a row" in log
     assert latest_checkpoint(run / "checkpoints").state.step == 2  # nothing trained on them
 

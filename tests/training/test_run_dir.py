@@ -13,7 +13,12 @@ import yaml
 from odet import __version__
 from odet.cli import main
 from odet.training import TrainConfig, train
-from odet.training.run_dir import MARKER_NAME, check_output_dir, is_resume_safe
+from odet.training.run_dir import (
+    MARKER_NAME,
+    check_output_dir,
+    config_changes,
+    is_resume_safe,
+)
 from tests.training.conftest import tiny_config, write_config
 
 
@@ -95,6 +100,22 @@ def test_safe_changes_resume_are_logged_and_saved(
     assert saved["train"]["max_updates"] == 3 and saved["train"]["log_every"] == 2
 
 
+def test_model_keys_spelled_out_at_their_defaults_are_no_change(
+    copy_data: Path, run: Path, tmp_path: Path
+) -> None:
+    """``model.encoder_method (None -> 'euler')`` refused a resume of the same model: the
+    model section, a mapping, was compared as written, not resolved."""
+    model = {"encoder_method": "euler", "positions": "sinusoidal", "continuous": {"rtol": 1e-3}}
+    assert _rerun(copy_data, run, tmp_path, model=model, train={"max_updates": 3}) == 0
+    assert "resumed from step_0000002" in (run / "train.log").read_text()
+
+
+def test_config_changes_name_a_model_default_by_its_value() -> None:
+    saved = tiny_config(Path("/data"), Path("/run"))
+    current = tiny_config(Path("/data"), Path("/run"), model={"continuous": {"max_steps": 2}})
+    assert config_changes(saved, current) == {"model.continuous.max_steps": (1000, 2)}
+
+
 def test_a_run_written_before_the_marker_resumes_and_gets_it(
     copy_data: Path, run: Path, tmp_path: Path
 ) -> None:
@@ -113,7 +134,9 @@ def test_the_legacy_layout_without_checkpoints_counts_as_a_run(tmp_path: Path) -
 def test_the_resume_rule() -> None:
     safe = ["train.max_updates", "train.max_epochs", "train.max_minutes", "train.threads"]
     safe += ["train.keep_last", "train.patience", "generation.beam_size", "output_dir"]
+    safe += ["train.max_bad_updates", "model.continuous.on_failure", "model.continuous.max_steps"]
     unsafe = ["model.d_model", "data.vocab_size", "data.train", "seed", "optim.lr"]
+    unsafe += ["model.continuous.rtol", "model.continuous.fixed_steps"]
     unsafe += ["train.max_tokens", "train.update_freq", "train.max_sentences", "train.precision"]
     assert all(is_resume_safe(k) for k in safe)
     assert not any(is_resume_safe(k) for k in unsafe)

@@ -90,14 +90,24 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+_FROM_TOKENIZER = ("vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
+"""Model keys the tokenizer sets, left out of a comparison of configs."""
+
+
 def _resolved(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the defaults filled in, as YAML would store it (raw when it no longer
-    loads, e.g. a key this version dropped)."""
+    loads, e.g. a key this version dropped). The ``model`` section, a mapping in the training
+    config, is resolved too (defaults and preset), so that a key written out at its default
+    value, or a preset spelled out key by key, is no change."""
     try:
-        text = config_from_dict(data).to_yaml()
+        config = config_from_dict(data)
+        resolved = parse_yaml(config.to_yaml())
+        vocab_size = max(64, getattr(config.data, "vocab_size", 0) or 0)
+        model = config.model_config(vocab_size=vocab_size).to_dict()
+        resolved["model"] = {k: v for k, v in model.items() if k not in _FROM_TOKENIZER}
     except (ValueError, TypeError):
-        text = yaml.safe_dump(data)
-    return _flatten(parse_yaml(text))
+        resolved = parse_yaml(yaml.safe_dump(data))
+    return _flatten(parse_yaml(yaml.safe_dump(resolved)))
 
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
