@@ -375,6 +375,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         "--split": args.split,
         "--limit": args.limit,
         "--batch-tokens": args.batch_tokens,
+        "--no-progress": args.no_progress or None,
     }
     for flag, value in depth_flags.items():
         if value is not None:
@@ -420,6 +421,7 @@ def _analyze_depth(args: argparse.Namespace) -> int:
         split=args.split or "test",
         limit=args.limit,
         batch_tokens=args.batch_tokens or DEFAULT_BATCH_TOKENS,
+        progress=not args.no_progress,
     )
     rho = report.correlations()
 
@@ -866,6 +868,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_at_least(1),
         help="--depth-against: source tokens per batch (default: 4096; 1: one sentence at a time)",
     )
+    p.add_argument("--no-progress", action="store_true", help="--depth-against: no progress bars")
 
     p = sub.add_parser("prepare", help="task data: GEC pairs, M2 -> text, DialogSum lines, LEAD")
     p.add_argument("task", choices=["gec", "m2", "dialogsum", "lead"], help="what to prepare")

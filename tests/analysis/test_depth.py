@@ -146,7 +146,7 @@ def _stiff_model() -> Seq2Seq:
     return model
 
 
-def test_batched_scores_equal_one_sentence_at_a_time():
+def test_batched_scores_equal_one_sentence_at_a_time(capsys):
     model = _stiff_model()
     rng = np.random.default_rng(0)
     lengths = [3, 5, 3, 7, 5, 3, 7, 5, 3, 4]
@@ -155,7 +155,9 @@ def test_batched_scores_equal_one_sentence_at_a_time():
         [rng.integers(4, 40, rng.integers(1, 6)) for _ in lengths],
     )
     nfe, loss = score_sentences(model, dataset, batch_tokens=4096)
-    nfe1, loss1 = score_sentences(model, dataset, batch_tokens=1)
+    nfe1, loss1 = score_sentences(model, dataset, batch_tokens=1, progress=True, desc="one by one")
+    err = capsys.readouterr().err  # the bar, in sentences
+    assert "one by one: 100%" in err and "10/10" in err
     assert nfe is not None and nfe1 is not None
     assert len(set(nfe.tolist())) > 3, nfe  # depth does vary here
     assert nfe.tolist() == nfe1.tolist()  # per-sample step sizes: exactly the same depth

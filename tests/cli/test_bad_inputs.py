@@ -1544,6 +1544,12 @@ CASES: list[Case] = [
     ),
     Case(
         "analyze",
+        "--no-progress without --depth-against (the probe report has no bar)",
+        lambda e: ["analyze", str(e.run), "--out", str(e.tmp / "an"), "--no-progress"],
+        r"--no-progress is an option of --depth-against",
+    ),
+    Case(
+        "analyze",
         "--depth-against --out of the user's",
         lambda e: [*_depth(e, str(e.run), str(e.run))[:4], "--out", e.dir("theirs", "depth.json")],
         r"theirs",

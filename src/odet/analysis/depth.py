@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from tqdm import tqdm
 
 from odet.analysis.plots import plot_nfe
 from odet.config import check
@@ -181,11 +182,17 @@ def _solve_failed(rows: np.ndarray, stats: SolveStats, why: str) -> ValueError:
 
 @torch.no_grad()
 def score_sentences(
-    model: Seq2Seq, dataset: ParallelDataset, *, batch_tokens: int = DEFAULT_BATCH_TOKENS
+    model: Seq2Seq,
+    dataset: ParallelDataset,
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = False,
+    desc: str = "scoring",
 ) -> tuple[np.ndarray | None, np.ndarray]:
     """NFE ``(N,)`` of the encoder (``None`` for a discrete one) and mean target NLL ``(N,)``
     (:func:`sentence_losses`; the target ends with EOS) of every pair of ``dataset``, in its
-    order, under ``model`` in eval mode; batched by :func:`length_batches`."""
+    order, under ``model`` in eval mode; batched by :func:`length_batches`. ``progress``: a
+    bar in sentences, labelled ``desc``."""
     if len(dataset) == 0:
         raise ValueError("score_sentences got no pairs")
     if _per_sentence_solves(model):
@@ -196,6 +203,7 @@ def score_sentences(
     nfe = np.zeros(len(dataset), dtype=np.int64)
     losses = np.zeros(len(dataset), dtype=np.float64)
     discrete = False
+    bar = tqdm(total=len(dataset), desc=desc, unit="sent", disable=not progress, leave=False)
     try:
         for rows in length_batches(dataset.source_sizes, dataset.target_sizes, batch_tokens):
             batch = dataset.batch(rows.tolist())
@@ -213,7 +221,9 @@ def score_sentences(
                 discrete = True
             else:
                 nfe[rows] = stats.nfe.cpu().numpy()
+            bar.update(len(rows))
     finally:
+        bar.close()
         model.train(training)
     return (None if discrete else nfe), losses
 
@@ -359,6 +369,7 @@ def depth_vs_difficulty(
     split: Split = "test",
     limit: int | None = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = False,
 ) -> DepthReport:
     """NFE, source length and per-sentence losses of the best checkpoints of a
     continuous-encoder run and of ``reference`` (its Euler twin: same split files) on the
@@ -379,8 +390,12 @@ def depth_vs_difficulty(
     for loaded in (node, ref):
         dataset = encode_split(loaded.data, pairs, loaded.tokenizers, filter_lengths=False)
         encoded.append(fit_to_positions(dataset, loaded.model.config.max_positions, split))
-    nfe, loss = score_sentences(node.model, encoded[0], batch_tokens=batch_tokens)
-    _, reference_loss = score_sentences(ref.model, encoded[1], batch_tokens=batch_tokens)
+    nfe, loss = score_sentences(
+        node.model, encoded[0], batch_tokens=batch_tokens, progress=progress, desc="run"
+    )
+    _, reference_loss = score_sentences(
+        ref.model, encoded[1], batch_tokens=batch_tokens, progress=progress, desc="reference"
+    )
     assert nfe is not None  # a continuous encoder returns its stats
     same = all(
         a.to_bytes() == b.to_bytes()
@@ -479,13 +494,14 @@ def analyze_depth(
     split: Split = "test",
     limit: int | None = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = False,
 ) -> DepthReport:
     """``odet analyze RUN --depth-against REFERENCE --out OUT``: :func:`depth_vs_difficulty`
     written by :func:`write_depth_report`; ``out`` is checked first and written only once
     everything is computed (never a directory odet did not write)."""
     out_dir = check_output_dir(out, "--out")
     report = depth_vs_difficulty(
-        run, reference, split=split, limit=limit, batch_tokens=batch_tokens
+        run, reference, split=split, limit=limit, batch_tokens=batch_tokens, progress=progress
     )
     claim_output_dir(out_dir, "analyze")
     command = depth_command(
