@@ -90,6 +90,75 @@ def test_a_flagged_solve_failure_skips_the_update_and_both_keys_may_change_on_re
     assert latest_checkpoint(run / "checkpoints").state.step == 2  # nothing trained on them
 
 
+def _failing_solve():
+    from odet.ode import SolverError, odeint_adaptive
+
+    try:
+        odeint_adaptive(lambda t, y: -50.0 * y, torch.ones(2, 1), max_steps=2)
+    except SolverError as err:
+        return err
+    raise AssertionError("the solve was meant to fail")
+
+
+def test_a_failed_solve_saves_the_last_update_and_a_resume_ends_as_if_never_stopped(
+    copy_data, tmp_path, monkeypatch, capsys
+):
+    """Updates since the newest checkpoint were lost: the run now checkpoints the last applied
+    update, with the data position before the failing update's batches, so that a resume
+    (dropout off: nothing random) ends with the weights of an uninterrupted run."""
+    budget = {"max_updates": 4, "update_freq": 2}
+    straight = train(TrainConfig.from_dict(
+        tiny_config(copy_data, tmp_path / "straight", model={"dropout": 0.0}, train=budget)
+    ))  # fmt: skip
+    real, calls = trainer_module.loss_sums, {"n": 0}
+
+    def fails_on_the_6th_batch(logits, target, **kwargs):  # update 3's second batch
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise _failing_solve()
+        return real(logits, target, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "loss_sums", fails_on_the_6th_batch)
+    run = tmp_path / "run"
+    config = write_config(
+        tmp_path / "c.yaml", tiny_config(copy_data, run, model={"dropout": 0.0}, train=budget)
+    )
+    assert main(["train", str(config)]) == 1
+    assert "the encoder's solve failed (max_steps)" in capsys.readouterr().err
+    saved = latest_checkpoint(run / "checkpoints").state
+    assert saved.step == 2 and saved.batcher["position"] == 4  # update 3's batches read again
+    assert "stopped by an error after update 2, saved in" in (run / "train.log").read_text()
+    monkeypatch.setattr(trainer_module, "loss_sums", real)
+    assert main(["train", str(config)]) == 0
+    resumed = _final_weights(run)
+    for name, weight in Seq2Seq.from_pretrained(straight.last_checkpoint).state_dict().items():
+        torch.testing.assert_close(resumed[name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_a_failed_validation_saves_the_trained_updates_and_the_resume_validates_them(
+    copy_data, tmp_path, monkeypatch, capsys
+):
+    from odet.training.validate import Evaluator
+
+    real = Evaluator.validate
+
+    def fails(self, model, valid):
+        raise _failing_solve()
+
+    monkeypatch.setattr(Evaluator, "validate", fails)
+    run = tmp_path / "run"
+    config = write_config(
+        tmp_path / "c.yaml", tiny_config(copy_data, run, train={"max_updates": 3})
+    )
+    assert main(["train", str(config)]) == 1
+    assert "odet: error: adaptive solve" in capsys.readouterr().err
+    assert latest_checkpoint(run / "checkpoints").state.step == 3
+    monkeypatch.setattr(Evaluator, "validate", real)
+    assert main(["train", str(config)]) == 0
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["event"] == "valid"] == [3]
+
+
 def _command(config_path) -> list[str]:
     return [sys.executable, "-m", "odet.cli", "train", str(config_path), "--no-progress"]
 

@@ -137,6 +137,8 @@ class Trainer:
         if self.dist.enabled:
             torch.manual_seed(c.seed + self.dist.rank)  # but each rank its own dropout masks
         self.state = TrainerState()
+        self._saved_step = 0
+        """The update of the newest checkpoint (0: none yet)."""
         logger.info(
             "model: %s encoder, %s decoder, %d parameters; %d training pairs in %d batches per "
             "epoch%s; device %s",
@@ -169,6 +171,7 @@ class Trainer:
                 batcher=self.batcher,
                 metrics=self.metrics,
             )
+            self._saved_step = self.state.step
         if self.dist.is_main:
             reopen_finished_run(self.out, self.metrics, self.state.step)
 
@@ -233,6 +236,7 @@ class Trainer:
                             self.parallel.module, batch, self.objective, self.precision
                         )
                     except SolverError as err:
+                        self._rescue(started, rewind=accumulated.batches + 1)
                         raise solve_failure(err, self.state.step + 1) from err
                 accumulated.add(step)
                 window.add_nfe(step.nfe)
@@ -313,9 +317,14 @@ class Trainer:
     def _end_of_epoch(self, started: float, signals: StopSignals) -> str:
         """Validate (rank 0), track the best checkpoint, save; ``"early_stopping"``,
         ``"signal"`` (one came during validation) or ``""``."""
-        self.state.validated_step = self.state.step
+        validated, self.state.validated_step = self.state.validated_step, self.state.step
         model = self.parallel.evaluation_model(self.device)
-        metrics = self.evaluator.validate(model, self.valid) if self.dist.is_main else {}
+        try:
+            metrics = self.evaluator.validate(model, self.valid) if self.dist.is_main else {}
+        except Exception:
+            self.state.validated_step = validated  # a resumed run validates again
+            self._rescue(started)
+            raise
         metrics = self.dist.broadcast_object(metrics)  # type: ignore[assignment]
         is_best = bool(metrics) and track_best(self.state, metrics, self.config.train)
         if metrics and self.dist.is_main:
@@ -343,11 +352,30 @@ class Trainer:
             self.metrics.write("coefficients", step=self.state.step, **snapshot)
         plot_learning_curve(self.metrics.read(), self.out / "learning_curve.png", self.out.name)
 
-    def _save(self, started: float, *, is_best: bool, model: Seq2Seq | None = None) -> Path:
+    def _rescue(self, started: float, *, rewind: int = 0) -> None:
+        """Before an error ends training, checkpoint the last applied update unless it is saved
+        already, so that the same command resumes there; ``rewind``: the batches read since
+        (they are read again). One process only: with several, the others wait in a collective
+        that this rank has left, and the newest checkpoint stays the resume point."""
+        if self.dist.enabled or self.state.step in (0, self._saved_step):
+            return
+        path = self._save(started, is_best=False, rewind=rewind)
+        logger.warning(
+            "stopped by an error after update %d, saved in %s: the same command resumes there",
+            self.state.step,
+            path,
+        )
+
+    def _save(
+        self, started: float, *, is_best: bool, model: Seq2Seq | None = None, rewind: int = 0
+    ) -> Path:
         """A checkpoint of the current state (with FSDP every rank takes part in gathering the
-        weights and optimizer state first); its path on every rank."""
+        weights and optimizer state first), the data position moved back by ``rewind``
+        batches; its path on every rank."""
         self.state.elapsed_seconds = time.perf_counter() - started
         self.state.batcher = dict(self.batcher.state_dict())
+        self.state.batcher["position"] = int(self.state.batcher["position"]) - rewind
+        self._saved_step = self.state.step
         model = model if model is not None else self.parallel.evaluation_model(self.device)
         return self.checkpoints.save(
             self.state,
