@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 import odet.training.step as trainer_module
@@ -100,8 +101,11 @@ def _failing_solve():
     raise AssertionError("the solve was meant to fail")
 
 
-def test_a_failed_solve_saves_the_last_update_and_a_resume_ends_as_if_never_stopped(
-    copy_data, tmp_path, monkeypatch, capsys
+@pytest.mark.parametrize(
+    "error", [_failing_solve(), MemoryError("out of memory")], ids=["solve", "memory"]
+)
+def test_an_error_in_a_step_saves_the_last_update_and_a_resume_ends_as_if_never_stopped(
+    error, copy_data, tmp_path, monkeypatch, capsys
 ):
     """Updates since the newest checkpoint were lost: the run now checkpoints the last applied
     update, with the data position before the failing update's batches, so that a resume
@@ -115,7 +119,7 @@ def test_a_failed_solve_saves_the_last_update_and_a_resume_ends_as_if_never_stop
     def fails_on_the_6th_batch(logits, target, **kwargs):  # update 3's second batch
         calls["n"] += 1
         if calls["n"] == 6:
-            raise _failing_solve()
+            raise error
         return real(logits, target, **kwargs)
 
     monkeypatch.setattr(trainer_module, "loss_sums", fails_on_the_6th_batch)
@@ -123,8 +127,7 @@ def test_a_failed_solve_saves_the_last_update_and_a_resume_ends_as_if_never_stop
     config = write_config(
         tmp_path / "c.yaml", tiny_config(copy_data, run, model={"dropout": 0.0}, train=budget)
     )
-    assert main(["train", str(config)]) == 1
-    assert "the encoder's solve failed (max_steps)" in capsys.readouterr().err
+    assert main(["train", str(config)]) == (2 if isinstance(error, MemoryError) else 1)
     saved = latest_checkpoint(run / "checkpoints").state
     assert saved.step == 2 and saved.batcher["position"] == 4  # update 3's batches read again
     assert "stopped by an error after update 2, saved in" in (run / "train.log").read_text()

@@ -235,9 +235,11 @@ class Trainer:
                         step = train_step(
                             self.parallel.module, batch, self.objective, self.precision
                         )
-                    except SolverError as err:
+                    except Exception as err:  # e.g. a failed solve, out of memory
                         self._rescue(started, rewind=accumulated.batches + 1)
-                        raise solve_failure(err, self.state.step + 1) from err
+                        if isinstance(err, SolverError):
+                            raise solve_failure(err, self.state.step + 1) from err
+                        raise
                 accumulated.add(step)
                 window.add_nfe(step.nfe)
                 if updating:
