@@ -84,6 +84,32 @@ def test_a_stopped_run_resumes_to_the_same_losses(tmp_path):
     assert json.loads((b / "summary.json").read_text())["valid_loss"] == resumed.valid_loss
 
 
+def test_an_error_mid_run_saves_the_trained_updates_and_the_resume_matches(tmp_path, monkeypatch):
+    """An error (out of memory, say) lost every update since the newest checkpoint."""
+    import odet.training.lm as lm_module
+
+    straight = _config(tmp_path, train={"max_updates": 12, "eval_interval": 0})
+    straight["optim"]["decay_updates"] = 12
+    train_lm(LMTrainConfig.from_dict(straight), progress=False)
+    failing = {**straight, "output_dir": str(tmp_path / "b")}
+    real, calls = lm_module.lm_loss_sum, {"n": 0}
+
+    def fails_at_the_8th_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise MemoryError("out of memory")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm_module, "lm_loss_sum", fails_at_the_8th_batch)
+    with pytest.raises(MemoryError):
+        train_lm(LMTrainConfig.from_dict(failing), progress=False)
+    assert (tmp_path / "b" / "checkpoints" / "step_0000007").is_dir()
+    monkeypatch.setattr(lm_module, "lm_loss_sum", real)
+    train_lm(LMTrainConfig.from_dict(failing), progress=False)
+    losses = [[r["loss"] for r in _records(tmp_path / d, "train")] for d in ("run", "b")]
+    assert len(losses[0]) == 12 and losses[0] == losses[1]
+
+
 def test_the_exact_validation_pass_equals_a_token_by_token_computation():
     torch.manual_seed(0)
     model = CausalLM(CausalLMConfig(vocab_size=7, d_model=16, num_heads=2, ffn_dim=32, layers=2))

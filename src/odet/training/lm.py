@@ -272,6 +272,7 @@ class LMTrainer:
                 scheduler=self.scheduler,
             )
             self.resumed_step = self.state.step
+        self._saved_step = self.state.step
         reopen_finished_run(self.out, self.metrics, self.state.step)
         logger.info(
             "language model: %s, %d layers, %d parameters; %d-character vocabulary; %d training "
@@ -303,7 +304,11 @@ class LMTrainer:
         stopped = spent_budget(self.state, c)
         with StopSignals() as signals, bar:
             while not stopped:
-                self._update(started, bar)
+                try:
+                    self._update(started, bar)
+                except Exception:  # e.g. out of memory: keep what was trained
+                    self._rescue(started)
+                    raise
                 stopped = self._stop_reason(started, signals)
         if stopped == "signal":
             self._save(started)
@@ -401,9 +406,22 @@ class LMTrainer:
         )
         return losses
 
+    def _rescue(self, started: float) -> None:
+        """Before an error ends training, checkpoint the last applied update unless it is saved
+        already (batch ``k`` is a function of ``k``: the same command resumes exactly)."""
+        if self.state.step in (0, self._saved_step):
+            return
+        path = self._save(started)
+        logger.warning(
+            "stopped by an error after update %d, saved in %s: the same command resumes there",
+            self.state.step,
+            path,
+        )
+
     def _save(self, started: float) -> Path:
         self.state.elapsed_seconds = time.perf_counter() - started
         self.state.batcher = {"position": self.state.step}
+        self._saved_step = self.state.step
         return self.checkpoints.save(
             self.state,
             model=self.model,
