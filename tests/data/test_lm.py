@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,12 @@ def test_unusable_text_files_are_data_errors(tmp_path, content, message):
         read_text(path)
     with pytest.raises(DataError, match="not a file"):
         read_text(tmp_path)
+
+
+def test_a_gzip_text_file_reads_as_its_text(tmp_path):
+    path = tmp_path / "input.txt.gz"
+    path.write_bytes(gzip.compress(b"to be, or not to be\n"))
+    assert read_text(path) == "to be, or not to be\n"
 
 
 def test_batch_k_depends_only_on_seed_and_k():

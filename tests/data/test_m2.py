@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,12 @@ def test_read_m2_parallel_gives_pairs_per_annotator(tmp_path: Path) -> None:
     ]
     assert pairs[1][0][1] == "He has gone to school ."
     assert pairs[1][1] == ("This is fine .", "This is fine .")  # not annotated by 1
+
+
+def test_a_gzip_m2_file_reads_as_its_text(tmp_path: Path) -> None:
+    path = tmp_path / "toy.m2.gz"
+    path.write_bytes(gzip.compress(TEXT.encode()))
+    assert read_m2(path) == parse_m2(TEXT)
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from odet.data.text import DataError, PathLike, check_input_file
+from odet.data.text import DataError, PathLike, read_binary
 
 
 def read_text(path: PathLike) -> str:
-    """The whole of a UTF-8 text file; a missing, non-UTF-8 or empty file is a ``DataError``."""
-    raw = check_input_file(path, "text file").read_bytes()
+    """The whole of a UTF-8 text file, plain or gzip (detected from its bytes, as by every
+    reader); a missing, non-UTF-8 or empty file is a ``DataError``."""
+    raw = read_binary(path, "text file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

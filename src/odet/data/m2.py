@@ -234,12 +234,11 @@ def parse_m2(
 
 
 def read_m2(path: str | Path, *, out_of_range: OutOfRange = "raise") -> list[M2Sentence]:
-    """Read an M2 file (UTF-8); see `parse_m2` for ``out_of_range``."""
-    from odet.data.text import DataError, check_input_file
+    """Read an M2 file (UTF-8, plain or gzip); see `parse_m2` for ``out_of_range``."""
+    from odet.data.text import DataError, read_binary
 
-    path = check_input_file(path, "M2 file")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_binary(path, "M2 file").decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"M2 file {path} is not valid UTF-8 (byte {err.start})") from None
     if not text.strip():
