@@ -165,7 +165,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             tmp.write_text(text, encoding="utf-8")
     notes = translator.report.notes()
     if invalid:
-        notes.append(f"{invalid} line(s) with invalid UTF-8 (bad bytes replaced)")
+        notes.append(f"{invalid} line(s) not UTF-8 text (bad or NUL bytes replaced)")
     for note in notes:
         print(f"odet: warning: {note}", file=sys.stderr)
     return 0
@@ -205,23 +205,25 @@ def _output(path: str | None) -> Iterator[Path | None]:
 
 
 def _read_input(path: str | None) -> tuple[list[str], int]:
-    """The lines to translate (invalid UTF-8 replaced and counted); an input with no line to
-    translate (empty, only blank or undecodable lines) is a ``DataError``."""
-    from odet.data.text import DataError, read_binary, split_lines
+    """The lines to translate (lines that are not UTF-8 text replaced and counted); an input
+    with no line to translate (empty, only blank or undecodable lines, or UTF-16/32) is a
+    ``DataError``."""
+    from odet.data.text import DataError, check_not_wide, decode_line, read_binary, split_lines
 
     name = "stdin" if path in (None, "-") else f"--input {path}"
     raw = _stdin_bytes() if path in (None, "-") else read_binary(path, "--input")
+    check_not_wide(raw, name)
     lines, invalid = [], 0
     for line in split_lines(raw):
         try:
-            lines.append(line.decode("utf-8"))
+            lines.append(decode_line(line))
         except UnicodeDecodeError:
-            lines.append(line.decode("utf-8", errors="replace"))
+            lines.append(line.decode("utf-8", errors="replace").replace("\0", "\ufffd"))
             invalid += 1
     if not lines:
         raise DataError(f"{name} is empty: there is nothing to translate")
     if invalid == len(lines):
-        raise DataError(f"{name} is not valid UTF-8 (no line decodes): nothing to translate")
+        raise DataError(f"{name} is not UTF-8 text (no line decodes): nothing to translate")
     if not any(line.strip() for line in lines):
         raise DataError(f"{name} has only blank lines: there is nothing to translate")
     return lines, invalid

@@ -54,7 +54,8 @@ class Env:
         return str(path)
 
     def bad(self, kind: str, name: str) -> str:
-        """A file of one bad class named ``name``: missing, directory, empty, blank, latin1."""
+        """A file of one bad class named ``name``: missing, directory, empty, blank, latin1,
+        utf16 (with its byte-order mark), nul (NUL bytes in every line: binary data)."""
         if kind == "missing":
             return str(self.tmp / name)
         if kind == "directory":
@@ -63,6 +64,8 @@ class Env:
             "empty": b"",
             "blank": b"\n  \n\t\n",
             "latin1": "caf\xe9\nna\xefve\n\xe0 la\n".encode("latin-1"),
+            "utf16": "caf\xe9\nna\xefve\n\xe0 la\n".encode("utf-16"),
+            "nul": b"caf\0e\nna\0ve\n\0a la\n",
         }[kind]
         return self.file(name, content)
 
@@ -186,6 +189,14 @@ FILE_CLASSES = {
     "empty": r"is empty|no pairs left|no usable|nothing to|no M2 sentence|no line|no text",
     "blank": r"blank|no pairs left|no usable|nothing to|no M2 sentence|no line|no text",
     "latin1": r"UTF-8",
+    "utf16": r"UTF-16",
+    "nul": r"NUL|not UTF-8 text|not valid UTF-8|no usable",
+}
+CONFIG_FILE_CLASSES = {  # YAML is read by the config loader, not the data readers
+    "empty": r"is empty|no settings|missing required|required",
+    "blank": r"is empty|no settings|missing required|required",
+    "utf16": r"not valid UTF-8",
+    "nul": r"malformed YAML: unacceptable character #x0000",
 }
 INPUT_SLOTS: dict[str, tuple[str, Callable[[Env, str], list[str]], tuple[str, ...]]] = {
     # command, argv with the bad file, what it may create
@@ -269,8 +280,8 @@ def _file_cases() -> list[Case]:
     cases = []
     for slot, (command, argv, may_create) in INPUT_SLOTS.items():
         for kind, pattern in FILE_CLASSES.items():
-            if slot in CONFIG_SLOTS and kind in ("empty", "blank"):
-                pattern = r"is empty|no settings|missing required|required"
+            if slot in CONFIG_SLOTS:
+                pattern = CONFIG_FILE_CLASSES.get(kind, pattern)
             name = re.sub(r"\W+", "_", slot) + f".{kind}"
 
             def build(e: Env, argv=argv, kind=kind, name=name) -> list[str]:

@@ -47,7 +47,13 @@ def test_vocabulary_round_trips_through_a_file(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(b"", "the text is empty"), (b" \n\t", "the text is empty"), (b"ab\xffcd", "not valid UTF-8")],
+    [
+        (b"", "the text is empty"),
+        (b" \n\t", "the text is empty"),
+        (b"ab\xffcd", "not valid UTF-8"),
+        ("ab\ncd".encode("utf-16-le"), r"not UTF-8 text \(line 1 holds a NUL byte"),
+        ("ab\ncd".encode("utf-16"), "is UTF-16 text"),
+    ],
 )
 def test_unusable_text_files_are_data_errors(tmp_path, content, message):
     path = tmp_path / "input.txt"

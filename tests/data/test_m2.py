@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from odet.data.m2 import M2Edit, M2FormatError, apply_edits, parse_m2, read_m2, read_m2_parallel
+from odet.data.text import DataError
 
 TEXT = """S He go to school yesterday .
 A 1 2|||R:VERB:TENSE|||went|||REQUIRED|||-NONE-|||0
@@ -124,6 +125,20 @@ def test_an_edit_past_its_sentence_is_never_dropped_or_clipped_in_silence(how, d
     caplog.clear()
     parse_m2("S a b\nA 2 2|||M|||c|||REQUIRED|||-NONE-|||0\n", out_of_range=how)
     assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"S a\n\nS b\0c\n", r"bad\.m2 is not UTF-8 text \(line 3 holds a NUL byte"),
+        ("S a\n".encode("utf-16"), r"bad\.m2 is UTF-16 text"),
+    ],
+)
+def test_an_m2_file_that_is_not_utf_8_text_is_named(tmp_path: Path, data: bytes, message: str):
+    path = tmp_path / "bad.m2"
+    path.write_bytes(data)
+    with pytest.raises(DataError, match=message):
+        read_m2(path)
 
 
 def test_read_m2_error_names_the_file(tmp_path: Path) -> None:

@@ -104,6 +104,35 @@ def test_read_lines_skips_empty_and_invalid_lines_and_keeps_numbers(tmp_path: Pa
     assert (lines.report.empty, lines.report.invalid_utf8) == (1, 1)
 
 
+def test_a_line_with_a_nul_byte_is_not_text_and_is_skipped(tmp_path: Path) -> None:
+    src = write(tmp_path / "s", b"one\nt\0w\0o\nthree\n")
+    tgt = write(tmp_path / "t", b"uno\ndos\ntres\n")
+    pairs = read_parallel_text(src, tgt)
+    assert list(pairs) == [("one", "uno"), ("three", "tres")]
+    assert pairs.report.invalid_utf8 == 1
+    assert read_lines(src).lines == ("one", "three")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_utf_16_or_32_file_is_refused_by_every_reader(
+    tmp_path: Path, encoding: str, compress: bool
+) -> None:
+    """Read as UTF-8 such a file kept every line but the first, as garbage with NUL bytes."""
+    text = '{"s": "one", "t": "uno"}\n{"s": "two", "t": "dos"}\n'
+    data = ("\ufeff" if encoding == "utf-16-be" else "") + text
+    path = write(tmp_path / "wide", data.encode(encoding), compress=compress)
+    plain = write(tmp_path / "plain", text.encode())
+    name = encoding[:6].upper()
+    message = rf"wide is {name} text \(it starts with a {name} byte-order mark\)"
+    with pytest.raises(DataError, match=message):
+        read_lines(path)
+    with pytest.raises(DataError, match=message):
+        read_parallel_text(plain, path)
+    with pytest.raises(DataError, match=message):
+        read_jsonl_pairs(path, "s", "t")
+
+
 def jsonl_file(tmp_path: Path) -> Path:
     records = [
         json.dumps({"dialogue": "#Person1#: Hi.\n#Person2#: Hello.", "summary": " Greeting. "}),

@@ -126,3 +126,21 @@ def test_invalid_utf_8_is_reported_with_its_line(tmp_path):
     ref = _write(tmp_path / "ref", ["fine", "bad here"])
     with pytest.raises(DataError, match=r"hyp is not valid UTF-8 \(line 2, byte 4\)"):
         evaluate_files("bleu", str(tmp_path / "hyp"), [ref])
+
+
+def test_a_nul_byte_is_not_text_and_is_reported_with_its_line(tmp_path):
+    """UTF-16 without a byte-order mark decodes as 'UTF-8' with a NUL in every character: it
+    was scored as garbage."""
+    (tmp_path / "hyp").write_bytes("fine\nbad here\n".encode("utf-16-le"))
+    ref = _write(tmp_path / "ref", ["fine", "bad here"])
+    with pytest.raises(DataError, match=r"hyp is not UTF-8 text \(line 1, byte 1 is a NUL byte"):
+        evaluate_files("chrf", str(tmp_path / "hyp"), [ref])
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_utf_16_or_32_with_its_byte_order_mark_is_named(tmp_path, encoding):
+    (tmp_path / "hyp").write_bytes("fine\nbad here\n".encode(encoding))
+    ref = _write(tmp_path / "ref", ["fine", "bad here"])
+    name = encoding.upper()
+    with pytest.raises(DataError, match=rf"hyp is {name} text .*iconv -f {name} -t UTF-8"):
+        evaluate_files("bleu", str(tmp_path / "hyp"), [ref])

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from odet.data.text import DataError, PathLike, read_binary
+from odet.data.text import NUL_REASON, DataError, PathLike, read_binary
 
 
 def read_text(path: PathLike) -> str:
@@ -32,6 +32,9 @@ def read_text(path: PathLike) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    if (nul := raw.find(b"\0")) >= 0:
+        line = raw.count(b"\n", 0, nul) + 1
+        raise DataError(f"{path}: not UTF-8 text (line {line} holds {NUL_REASON})")
     if not text.strip():
         raise DataError(f"{path}: the text is empty (or blank)")
     return text

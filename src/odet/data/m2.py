@@ -235,12 +235,15 @@ def parse_m2(
 
 def read_m2(path: str | Path, *, out_of_range: OutOfRange = "raise") -> list[M2Sentence]:
     """Read an M2 file (UTF-8, plain or gzip); see `parse_m2` for ``out_of_range``."""
-    from odet.data.text import DataError, read_binary
+    from odet.data.text import NUL_REASON, DataError, read_binary
 
     try:
         text = read_binary(path, "M2 file").decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"M2 file {path} is not valid UTF-8 (byte {err.start})") from None
+    if (nul := text.find("\0")) >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise DataError(f"M2 file {path} is not UTF-8 text (line {line} holds {NUL_REASON})")
     if not text.strip():
         raise DataError(f"M2 file {path} holds no M2 sentence: it is empty")
     return parse_m2(text, source_name=str(path), out_of_range=out_of_range)

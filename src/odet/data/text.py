@@ -1,12 +1,14 @@
 """Readers for line-aligned parallel text and JSON Lines, and length filtering.
 
 Policy for bad input: a reader never crashes on content. Empty lines (after stripping
-surrounding whitespace) and lines that are not valid UTF-8 are skipped; in parallel text the
+surrounding whitespace) and lines that are not UTF-8 text (undecodable bytes, or a NUL byte, the
+mark of binary data and of UTF-16/32) are skipped, counted as ``invalid_utf8``; in parallel text the
 whole pair is skipped, so alignment is kept. JSON Lines records that are malformed, lack a field
 or hold a non-string value are skipped too, unless ``strict=True``, which raises ``DataError`` at
 the first one. Every skip is counted by reason in a ``ReadReport``, and each kept example keeps
 its 1-based line number, so outputs can be matched back to the original file. Structural
-problems (missing file, parallel files of different lengths) always raise ``DataError``.
+problems (missing file, parallel files of different lengths, a file that starts with a UTF-16
+or UTF-32 byte-order mark) always raise ``DataError``.
 
 Files are read as plain text or gzip, detected from the gzip magic bytes rather than the suffix.
 """
@@ -36,6 +38,12 @@ DropReason = Literal[
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_WIDE_BOMS = {  # UTF-32 first: its little-endian mark starts with UTF-16's
+    codecs.BOM_UTF32_LE: "UTF-32",
+    codecs.BOM_UTF32_BE: "UTF-32",
+    codecs.BOM_UTF16_LE: "UTF-16",
+    codecs.BOM_UTF16_BE: "UTF-16",
+}
 
 
 class DataError(ValueError):
@@ -185,16 +193,33 @@ def read_binary(path: PathLike, what: str = "data file") -> bytes:
     file is a ``DataError`` naming ``what`` and the path."""
     with open_binary(path, what) as handle:
         try:
-            return handle.read()
+            data = handle.read()
         except (EOFError, OSError, zlib.error):
             raise DataError(f"{what} {path} cannot be read (corrupt or truncated gzip)") from None
+    check_not_wide(data, f"{what} {path}")
+    return data
+
+
+def check_not_wide(head: bytes, name: str) -> None:
+    """A ``DataError`` naming ``name`` when ``head`` (the first bytes of an input) starts with a
+    UTF-16 or UTF-32 byte-order mark: odet reads UTF-8, and such text read as UTF-8 is garbage
+    with a NUL byte in every character."""
+    for mark, encoding in _WIDE_BOMS.items():
+        if head.startswith(mark):
+            raise DataError(
+                f"{name} is {encoding} text (it starts with a {encoding} byte-order mark); odet "
+                f"reads UTF-8: convert it first (iconv -f {encoding} -t UTF-8)"
+            )
 
 
 def _raw_lines(handle: BinaryIO, path: PathLike) -> Iterator[bytes]:
     """Lines of a binary stream split on ``\\n`` only, without the line terminator; a corrupt or
-    truncated gzip stream is a ``DataError`` naming ``path``."""
+    truncated gzip stream, or one that starts with a UTF-16/32 byte-order mark, is a
+    ``DataError`` naming ``path``."""
     try:
-        for line in handle:
+        for number, line in enumerate(handle):
+            if number == 0:
+                check_not_wide(line, str(path))
             yield line.rstrip(b"\n")
     except (EOFError, OSError, zlib.error):
         raise DataError(f"{path} cannot be read (corrupt or truncated gzip)") from None
@@ -211,10 +236,31 @@ def split_lines(data: bytes) -> list[bytes]:
     return [line.removesuffix(b"\r") for line in lines]
 
 
+def decode_line(raw: bytes) -> str:
+    """The text of one line by strict UTF-8 decoding; a NUL byte, which marks binary data or
+    UTF-16/32 text rather than UTF-8 text, raises ``UnicodeDecodeError`` as an undecodable
+    byte does (with ``reason`` ``NUL_REASON`` and ``start`` where it is)."""
+    text = raw.decode("utf-8")
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise UnicodeDecodeError("utf-8", raw, nul, nul + 1, NUL_REASON)
+    return text
+
+
+NUL_REASON = "a NUL byte: binary data, or UTF-16/32 text"
+
+
+def not_text_message(name: str, err: UnicodeDecodeError, line: int) -> str:
+    """Why line ``line`` of input ``name`` is not UTF-8 text, from ``decode_line``'s error."""
+    if err.reason == NUL_REASON:
+        return f"{name} is not UTF-8 text (line {line}, byte {err.start} is {NUL_REASON})"
+    return f"{name} is not valid UTF-8 (line {line}, byte {err.start})"
+
+
 def _decode(raw: bytes, first: bool) -> str | None:
-    """Strict UTF-8 decoding (BOM dropped on the first line), or None when invalid."""
+    """``decode_line`` (BOM dropped on the first line), or None when it is not UTF-8 text."""
     try:
-        text = raw.decode("utf-8")
+        text = decode_line(raw)
     except UnicodeDecodeError:
         return None
     return text.removeprefix("\ufeff") if first else text

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from odet.data.m2 import read_m2
-from odet.data.text import DataError, check_input_file, read_binary, read_lines, split_lines
+from odet.data.text import (
+    DataError,
+    check_input_file,
+    decode_line,
+    not_text_message,
+    read_binary,
+    read_lines,
+    split_lines,
+)
 from odet.evaluation.gec import corpus_gleu, m2_score
 from odet.evaluation.rouge import corpus_rouge
 from odet.evaluation.translation import (
@@ -29,11 +37,9 @@ def read_all_lines(path: str | Path, what: str = "file") -> list[str]:
     lines = []
     for number, line in enumerate(split_lines(raw), start=1):
         try:
-            lines.append(line.decode("utf-8"))
+            lines.append(decode_line(line))
         except UnicodeDecodeError as err:
-            raise DataError(
-                f"{what} {path} is not valid UTF-8 (line {number}, byte {err.start})"
-            ) from None
+            raise DataError(not_text_message(f"{what} {path}", err, number)) from None
     return lines
 
 
