@@ -36,6 +36,40 @@ def test_pad_tokens_frames_and_right_pads() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("sequences", "error", "message"),
+    [
+        ([[1.5, 2.7]], TypeError, "sequence 0 must hold integer token ids, got float64"),
+        ([[4], [np.nan]], TypeError, "sequence 1 must hold integer token ids"),
+        (["abc"], TypeError, "sequence 0 must be a sequence of token ids, not str"),
+        ([[[1, 2]]], ValueError, r"sequence 0 must be one-dimensional"),
+        ([[4, -5]], ValueError, "sequence 0 holds a negative token id -5"),
+    ],
+)
+def test_pad_tokens_refuses_ids_it_would_truncate_or_embed_wrongly(
+    sequences: list, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        pad_tokens(sequences)
+
+
+def test_dataset_refuses_float_ids_instead_of_truncating_them() -> None:
+    with pytest.raises(TypeError, match="target example 1 must hold integer token ids"):
+        ParallelDataset([[4], [5]], [[6], [7.9]])
+
+
+def test_select_counts_negative_indices_from_the_end_and_refuses_floats() -> None:
+    dataset = ParallelDataset([[4], [5, 6]], [[7], [8]])
+    assert dataset.select([-1])[0][0].tolist() == [5, 6]
+    assert dataset.batch([-1]).src.tolist() == [[5, 6, EOS_ID]]
+    with pytest.raises(TypeError, match="indices must be integers, got float64"):
+        dataset.select([0.7])
+    with pytest.raises(IndexError, match="index 5 out of range for 2 examples"):
+        dataset.select([5])
+    with pytest.raises(TypeError, match="index must be an int"):
+        dataset[0.5]  # type: ignore[index]
+
+
 def test_collate_builds_source_decoder_input_and_target() -> None:
     batch = collate([[10, 11], [12]], [[20], [21, 22, 23]], ids=[4, 9])
     assert batch.src.tolist() == [[10, 11, EOS_ID], [12, EOS_ID, PAD_ID]]

@@ -64,6 +64,24 @@ def test_unusable_text_files_are_data_errors(tmp_path, content, message):
         read_text(tmp_path)
 
 
+def test_decoding_an_id_outside_the_vocabulary_raises_instead_of_wrapping():
+    vocab = CharVocabulary("ab")
+    for ids in ([-1], [2]):
+        with pytest.raises(ValueError, match=f"id {ids[0]} is outside the 2-character"):
+            vocab.decode(ids)
+    with pytest.raises(TypeError, match="integer token ids"):
+        vocab.decode([0.0])
+
+
+def test_a_float_stream_is_refused_instead_of_truncated_to_zeros():
+    with pytest.raises(TypeError, match="stream must hold integer token ids, got torch.float32"):
+        WindowSampler(torch.rand(20), 2, 2, 0)
+    with pytest.raises(TypeError, match="integer token ids"):
+        next(evaluation_batches(torch.rand(20), 2, 2))
+    with pytest.raises(ValueError, match="stream must be 1-D"):
+        next(evaluation_batches(torch.arange(20).view(4, 5), 2, 2))
+
+
 def test_a_gzip_text_file_reads_as_its_text(tmp_path):
     path = tmp_path / "input.txt.gz"
     path.write_bytes(gzip.compress(b"to be, or not to be\n"))

@@ -88,6 +88,36 @@ def test_decode_rejects_ids_outside_the_vocabulary(tokenizer: Tokenizer) -> None
         tokenizer.decode([5, 60])
 
 
+@pytest.mark.parametrize(
+    ("ids", "error", "message"),
+    [
+        ([5.7, 6.2], TypeError, "integer token ids, got float64"),
+        (torch.tensor([4.9, 5.2]), TypeError, "integer token ids, got float32"),
+        (np.array([True, False]), TypeError, "integer token ids, got bool"),
+        (["5"], TypeError, "integer token ids"),
+        ("56", TypeError, "not str"),
+        (torch.tensor([[4, 5], [6, 7]]), ValueError, r"one-dimensional, got shape \(2, 2\)"),
+    ],
+)
+def test_decode_refuses_ids_that_are_not_integers_instead_of_truncating_them(
+    tokenizer: Tokenizer, ids: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        tokenizer.decode(ids)  # type: ignore[arg-type]
+
+
+def test_encode_batch_of_one_string_is_refused_not_encoded_per_character(
+    tokenizer: Tokenizer,
+) -> None:
+    with pytest.raises(TypeError, match="not one string"):
+        tokenizer.encode_batch("the cat")
+
+
+def test_id_to_piece_takes_an_int(tokenizer: Tokenizer) -> None:
+    with pytest.raises(TypeError, match=r"token_id must be an int, got 5\.5"):
+        tokenizer.id_to_piece(5.5)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("text", ["", " ", "  \t  "])
 def test_empty_and_whitespace_text_encodes_to_nothing(tokenizer: Tokenizer, text: str) -> None:
     assert tokenizer.encode(text) == []

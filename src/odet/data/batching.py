@@ -17,6 +17,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Sampler
 from tqdm.auto import tqdm
 
+from odet.data.checks import token_ids
 from odet.data.text import DataError, FilterReport, LengthFilter
 from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
@@ -27,15 +28,20 @@ def pad_tokens(
     sequences: Sequence[Tokens], *, prepend_bos: bool = False, append_eos: bool = False
 ) -> torch.Tensor:
     """Right-pad token sequences with ``PAD_ID`` into a ``(B, L)`` long tensor, optionally
-    framing each one with BOS and/or EOS first."""
-    if not sequences:
-        raise ValueError("cannot pad an empty list of sequences")
+    framing each one with BOS and/or EOS first.
+
+    Each sequence must hold non-negative integer ids (``TypeError`` / ``ValueError`` naming it).
+    """
+    if isinstance(sequences, str) or not sequences:
+        raise ValueError("pad_tokens needs a non-empty list of token sequences")
     head = [BOS_ID] if prepend_bos else []
     tail = [EOS_ID] if append_eos else []
-    rows = [
-        torch.tensor([*head, *np.asarray(seq).tolist(), *tail], dtype=torch.long)
-        for seq in sequences
-    ]
+    rows = []
+    for i, seq in enumerate(sequences):
+        ids = token_ids(seq, f"sequence {i}")
+        if ids.size and ids.min() < 0:
+            raise ValueError(f"sequence {i} holds a negative token id {int(ids.min())}")
+        rows.append(torch.tensor([*head, *ids.tolist(), *tail], dtype=torch.long))
     return pad_sequence(rows, batch_first=True, padding_value=PAD_ID)
 
 
@@ -125,12 +131,13 @@ class _Ragged:
     """Variable-length int32 token sequences in one read-only flat buffer plus offsets."""
 
     def __init__(self, sequences: Sequence[Tokens], name: str) -> None:
-        lengths = np.fromiter((len(seq) for seq in sequences), dtype=np.int64, count=len(sequences))
-        self.offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+        arrays = [token_ids(seq, f"{name} example {i}") for i, seq in enumerate(sequences)]
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        self.offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=self.offsets[1:])
         flat = np.empty(int(self.offsets[-1]), dtype=np.int64)
-        for i, seq in enumerate(sequences):
-            flat[self.offsets[i] : self.offsets[i + 1]] = seq
+        for i, ids in enumerate(arrays):
+            flat[self.offsets[i] : self.offsets[i + 1]] = ids
         bad = np.flatnonzero((flat < 0) | (flat > np.iinfo(np.int32).max))
         if bad.size:
             example = int(np.searchsorted(self.offsets, bad[0], side="right")) - 1
@@ -192,6 +199,8 @@ class ParallelDataset:
         return len(self._source.offsets) - 1
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise TypeError(f"a dataset index must be an int, got {type(index).__name__}")
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} examples")
         index %= len(self)
@@ -218,8 +227,9 @@ class ParallelDataset:
         return self.target_lengths + 1
 
     def select(self, indices: Sequence[int] | np.ndarray) -> ParallelDataset:
-        """A new dataset holding the examples at ``indices``, in that order."""
-        indices = np.asarray(indices, dtype=np.int64)
+        """A new dataset holding the examples at ``indices``, in that order (negative indices
+        count from the end); an index that is not an integer or is out of range raises."""
+        indices = _indices(indices, len(self))
         return ParallelDataset(
             [self._source[i] for i in indices], [self._target[i] for i in indices]
         )
@@ -231,8 +241,21 @@ class ParallelDataset:
 
     def batch(self, indices: Sequence[int]) -> Batch:
         """Collate the examples at ``indices`` (``Batch.ids`` are these indices)."""
+        indices = _indices(indices, len(self)).tolist()
         pairs = [self[i] for i in indices]
         return collate([src for src, _ in pairs], [tgt for _, tgt in pairs], ids=list(indices))
+
+
+def _indices(indices: Sequence[int] | np.ndarray, size: int) -> np.ndarray:
+    """``indices``, integers in ``[-size, size)``, as non-negative ``int64`` positions."""
+    array = np.asarray(indices)
+    if array.size and array.dtype.kind not in "iu":
+        raise TypeError(f"indices must be integers, got {array.dtype} values")
+    array = array.astype(np.int64).reshape(-1) if array.size else np.zeros(0, dtype=np.int64)
+    outside = array[(array < -size) | (array >= size)]
+    if outside.size:
+        raise IndexError(f"index {int(outside[0])} out of range for {size} examples")
+    return array % max(size, 1)
 
 
 class TokenBudgetBatcher(Sampler[list[int]]):

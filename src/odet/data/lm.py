@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from odet.data.checks import token_ids
 from odet.data.text import NUL_REASON, DataError, PathLike, read_binary
 
 
@@ -82,7 +83,12 @@ class CharVocabulary:
         return [index[c] for c in text]
 
     def decode(self, ids: list[int]) -> str:
-        return "".join(self.chars[i] for i in ids)
+        """The text of ``ids``; an id outside ``[0, size)`` or not an integer raises."""
+        values = token_ids(ids, "ids").tolist()
+        outside = [i for i in values if not 0 <= i < self.size]
+        if outside:
+            raise ValueError(f"id {outside[0]} is outside the {self.size}-character vocabulary")
+        return "".join(self.chars[i] for i in values)
 
     def save(self, path: PathLike) -> None:
         Path(path).write_text(json.dumps({"type": "char", "chars": self.chars}), encoding="utf-8")
@@ -107,12 +113,21 @@ class LMBatch:
         return self.y.numel()
 
 
+def _check_stream(stream: Tensor) -> None:
+    """A token stream is a 1-D tensor of integer ids (a float one would be truncated)."""
+    if not isinstance(stream, Tensor):
+        raise TypeError(f"stream must be a torch.Tensor, got {type(stream).__name__}")
+    if stream.dtype.is_floating_point or stream.dtype.is_complex or stream.dtype == torch.bool:
+        raise TypeError(f"stream must hold integer token ids, got {stream.dtype}")
+    if stream.dim() != 1:
+        raise ValueError(f"stream must be 1-D, got shape {tuple(stream.shape)}")
+
+
 class WindowSampler:
     """Seeded random windows of a token stream; batch ``k`` is a function of ``(seed, k)``."""
 
     def __init__(self, stream: Tensor, block_size: int, batch_size: int, seed: int):
-        if stream.dim() != 1:
-            raise ValueError(f"stream must be 1-D, got shape {tuple(stream.shape)}")
+        _check_stream(stream)
         if block_size < 1 or batch_size < 1:
             raise ValueError(f"block_size and batch_size must be >= 1: {block_size}, {batch_size}")
         if stream.numel() < block_size + 1:
@@ -139,6 +154,7 @@ class WindowSampler:
 def evaluation_batches(stream: Tensor, block_size: int, batch_size: int) -> Iterator[LMBatch]:
     """Every token after the first predicted exactly once: windows ``[i·T, (i+1)·T]`` of
     ``T + 1`` tokens, ``batch_size`` at a time; the last, shorter window in a batch of its own."""
+    _check_stream(stream)
     stream = stream.long()
     targets = stream.numel() - 1
     if targets < 1:

@@ -20,6 +20,7 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
+from odet.data.checks import check_int, token_ids
 from odet.io import write_bytes_atomic
 
 PAD_ID = 0
@@ -170,6 +171,8 @@ class Tokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` for many texts in one call (SentencePiece runs it multi-threaded)."""
+        if isinstance(texts, str):
+            raise TypeError("encode_batch takes a sequence of texts, not one string (encode it)")
         return self._sp.encode(list(texts), out_type=int)
 
     def pieces(self, text: str) -> list[str]:
@@ -177,8 +180,12 @@ class Tokenizer:
         return self._sp.encode(text, out_type=str)
 
     def decode(self, ids: TokenIds) -> str:
-        """Detokenize ``ids``: stops at the first EOS and skips PAD and BOS."""
-        values = ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else list(ids)
+        """Detokenize ``ids``: stops at the first EOS and skips PAD and BOS.
+
+        Raises ``TypeError`` for ids that are not integers (floats are not truncated) and
+        ``ValueError`` for ids outside the vocabulary or not one-dimensional.
+        """
+        values = token_ids(ids, "ids").tolist()
         kept: list[int] = []
         size = self.vocab_size
         for value in values:
@@ -197,6 +204,7 @@ class Tokenizer:
 
     def id_to_piece(self, token_id: int) -> str:
         """The piece string of ``token_id``."""
+        check_int(token_id, "token_id", 0)
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(
                 f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
