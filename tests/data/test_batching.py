@@ -339,3 +339,47 @@ def test_multi30k_batches_respect_the_budget_on_real_tensors(shared_data: Path) 
         seen += len(batch)
     assert seen == 2000
     assert tokenizer.decode(dataset.batch([0]).tgt_out[0]) == target[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"max_tokens": float("nan")}, TypeError, "max_tokens must be an int, got nan"),
+        ({"max_tokens": float("inf")}, TypeError, "max_tokens must be an int, got inf"),
+        ({"max_tokens": 5.5}, TypeError, "max_tokens must be an int, got 5.5"),
+        ({"max_sentences": 1.5}, TypeError, "max_sentences must be an int"),
+        ({"seed": -1}, ValueError, "seed=-1 must be >= 0"),
+        ({"seed": 1.5}, TypeError, "seed must be an int"),
+        ({"num_shards": 2.0}, TypeError, "num_shards must be an int"),
+        ({"shuffle": "no"}, TypeError, "shuffle must be a bool"),
+    ],
+)
+def test_batcher_refuses_nan_and_non_integer_options(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """A NaN budget compared False everywhere: every example went into one batch."""
+    options = {"max_tokens": 10, **kwargs}
+    with pytest.raises(error, match=message):
+        TokenBudgetBatcher([2, 3], [2, 3], **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error", "message"),
+    [
+        ([2.9, 3.9], TypeError, "sizes must be integers, got float64"),
+        ([-2, 3], ValueError, "sizes must be >= 0, got -2"),
+    ],
+)
+def test_batcher_refuses_sizes_that_are_not_counts(
+    sizes: list[float], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        TokenBudgetBatcher(sizes, [2, 3], max_tokens=3)
+
+
+def test_epochs_are_non_negative_ints() -> None:
+    batcher = TokenBudgetBatcher([2, 3], [2, 3], max_tokens=10)
+    with pytest.raises(TypeError, match="epoch must be an int"):
+        batcher.epoch_batches(0.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="epoch=-1 must be >= 0"):
+        batcher.epoch_batches(-1)

@@ -82,6 +82,38 @@ def test_a_float_stream_is_refused_instead_of_truncated_to_zeros():
         next(evaluation_batches(torch.arange(20).view(4, 5), 2, 2))
 
 
+@pytest.mark.parametrize(
+    ("block_size", "batch_size", "error", "message"),
+    [
+        (0, 2, ValueError, "block_size=0 must be >= 1"),
+        (2, 0, ValueError, "batch_size=0 must be >= 1"),
+        (2.5, 2, TypeError, "block_size must be an int, got 2.5"),
+    ],
+)
+def test_evaluation_batches_refuse_sizes_below_one_or_not_integers(
+    block_size, batch_size, error, message
+):
+    with pytest.raises(error, match=message):
+        next(evaluation_batches(torch.arange(20), block_size, batch_size))
+
+
+def test_window_sampler_refuses_bad_sizes_seeds_and_batch_numbers():
+    stream = torch.arange(20)
+    with pytest.raises(TypeError, match="block_size must be an int, got 2.5"):
+        WindowSampler(stream, 2.5, 2, 0)
+    with pytest.raises(ValueError, match="seed=-5 must be >= 0"):
+        WindowSampler(stream, 2, 2, -5)
+    with pytest.raises(ValueError, match="k=-1 must be >= 0"):
+        WindowSampler(stream, 2, 2, 0).batch(-1)
+    big = WindowSampler(stream, 2, 2, 2**62)  # overflowed torch's seed before
+    assert torch.equal(big.batch(3).x, big.batch(3).x)
+
+
+def test_valid_fraction_must_be_a_number():
+    with pytest.raises(TypeError, match="valid_fraction must be a number, got '0.5'"):
+        split_text("abc", "0.5")
+
+
 def test_a_gzip_text_file_reads_as_its_text(tmp_path):
     path = tmp_path / "input.txt.gz"
     path.write_bytes(gzip.compress(b"to be, or not to be\n"))

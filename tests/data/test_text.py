@@ -255,6 +255,37 @@ def test_length_filter_rejects_invalid_bounds(kwargs: dict[str, float], message:
         LengthFilter(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"max_ratio": float("nan")}, ValueError, "max_ratio must be a number, got NaN"),
+        ({"max_ratio": "2"}, TypeError, "max_ratio must be a number, got '2'"),
+        ({"min_source_tokens": 1.5}, TypeError, "min_source_tokens must be an int, got 1.5"),
+        ({"max_target_tokens": float("nan")}, TypeError, "max_target_tokens must be an int"),
+        ({"min_target_tokens": True}, TypeError, "min_target_tokens must be an int, got True"),
+    ],
+)
+def test_length_filter_refuses_nan_and_non_integer_bounds(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """A NaN ``max_ratio`` or minimum compared False everywhere: every pair was kept."""
+    with pytest.raises(error, match=message):
+        LengthFilter(**kwargs)  # type: ignore[arg-type]
+
+
+def test_length_filter_refuses_lengths_that_are_not_counts() -> None:
+    with pytest.raises(TypeError, match="lengths must be integers, got float64"):
+        LengthFilter().apply(np.array([0.5, 2.7]), np.array([1, 1]))
+    with pytest.raises(ValueError, match="lengths must be >= 0, got -1"):
+        LengthFilter(min_source_tokens=0).apply(np.array([-1, 2]), np.array([1, 1]))
+
+
+def test_head_takes_an_int(tmp_path: Path) -> None:
+    pairs = read_parallel_text(write(tmp_path / "s", b"a\nb\n"), write(tmp_path / "t", b"A\nB\n"))
+    with pytest.raises(TypeError, match="n must be an int, got 1.5"):
+        pairs.head(1.5)  # type: ignore[arg-type]
+
+
 def test_length_filter_rejects_mismatched_arrays() -> None:
     with pytest.raises(ValueError, match="equal in shape"):
         LengthFilter().apply([1, 2], [1])

@@ -17,7 +17,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Sampler
 from tqdm.auto import tqdm
 
-from odet.data.checks import token_ids
+from odet.data.checks import check_int, count_arrays, token_ids
 from odet.data.text import DataError, FilterReport, LengthFilter
 from odet.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
@@ -296,18 +296,17 @@ class TokenBudgetBatcher(Sampler[list[int]]):
         shard_index: int = 0,
     ) -> None:
         super().__init__()
-        src = np.asarray(source_sizes, dtype=np.int64)
-        tgt = np.asarray(target_sizes, dtype=np.int64)
-        if src.ndim != 1 or src.shape != tgt.shape:
-            raise ValueError(
-                f"size arrays must be 1-D and equal in shape, got {src.shape} and {tgt.shape}"
-            )
+        src, tgt = count_arrays(source_sizes, target_sizes, "size")
         if len(src) == 0:
             raise ValueError("TokenBudgetBatcher needs at least one example")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens={max_tokens} must be >= 1")
-        if max_sentences is not None and max_sentences < 1:
-            raise ValueError(f"max_sentences={max_sentences} must be >= 1 (or None)")
+        check_int(max_tokens, "max_tokens", 1)
+        if max_sentences is not None:
+            check_int(max_sentences, "max_sentences", 1)
+        check_int(seed, "seed", 0)
+        check_int(num_shards, "num_shards", 1)
+        check_int(shard_index, "shard_index", 0)
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle must be a bool, got {shuffle!r}")
         if num_shards < 1 or not 0 <= shard_index < num_shards:
             raise ValueError(
                 f"need num_shards >= 1 and 0 <= shard_index < num_shards, got "
@@ -356,13 +355,13 @@ class TokenBudgetBatcher(Sampler[list[int]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its first batch."""
-        if epoch < 0:
-            raise ValueError(f"epoch={epoch} must be >= 0")
+        check_int(epoch, "epoch", 0)
         self._epoch = epoch
         self._position = 0
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """All batches of ``epoch`` on this shard, in order (does not change the state)."""
+        check_int(epoch, "epoch", 0)
         return [self._batches[b].tolist() for b in self._shard_order(epoch)]
 
     def __iter__(self) -> Iterator[list[int]]:

@@ -29,14 +29,14 @@ def token_ids(values: object, what: str) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def check_int(value: object, name: str, low: int, high: int | None = None) -> None:
+def check_int(value: object, name: str, low: int | None, high: int | None = None) -> None:
     """``TypeError`` unless ``value`` is an ``int`` (a bool is not); ``ValueError`` unless
-    ``low <= value <= high`` (no upper bound when ``high`` is None)."""
+    ``low <= value <= high`` (``None``: no such bound)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < low or (high is not None and value > high):
+    if (low is not None and value < low) or (high is not None and value > high):
         bound = f"lie in [{low}, {high}]" if high is not None else f"be >= {low}"
-        raise ValueError(f"{name} must {bound}, got {value}")
+        raise ValueError(f"{name}={value} must {bound}")
 
 
 def check_real(value: object, name: str) -> float:
@@ -47,3 +47,19 @@ def check_real(value: object, name: str) -> float:
     if value != value:
         raise ValueError(f"{name} must be a number, got NaN")
     return float(value)
+
+
+def count_arrays(first: object, second: object, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two 1-D arrays of equal shape holding non-negative integer counts, as ``int64``."""
+    arrays = (np.asarray(first), np.asarray(second))
+    if arrays[0].shape != arrays[1].shape or arrays[0].ndim != 1:
+        raise ValueError(
+            f"{what} arrays must be 1-D and equal in shape, got {arrays[0].shape} and "
+            f"{arrays[1].shape}"
+        )
+    for array in arrays:
+        if array.size and array.dtype.kind not in "iu":
+            raise TypeError(f"{what}s must be integers, got {array.dtype} values")
+        if array.size and array.min() < 0:
+            raise ValueError(f"{what}s must be >= 0, got {array.min()}")
+    return arrays[0].astype(np.int64), arrays[1].astype(np.int64)

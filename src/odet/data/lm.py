@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from odet.data.checks import token_ids
+from odet.data.checks import check_int, check_real, token_ids
 from odet.data.text import NUL_REASON, DataError, PathLike, read_binary
 
 
@@ -43,7 +43,7 @@ def read_text(path: PathLike) -> str:
 
 def split_text(text: str, valid_fraction: float = 0.1) -> tuple[str, str]:
     """``(train, valid)``: the first ``1 − valid_fraction`` of the characters, then the rest."""
-    if not 0.0 < valid_fraction < 1.0:
+    if not 0.0 < check_real(valid_fraction, "valid_fraction") < 1.0:
         raise DataError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
     cut = int(len(text) * (1.0 - valid_fraction))
     return text[:cut], text[cut:]
@@ -128,8 +128,9 @@ class WindowSampler:
 
     def __init__(self, stream: Tensor, block_size: int, batch_size: int, seed: int):
         _check_stream(stream)
-        if block_size < 1 or batch_size < 1:
-            raise ValueError(f"block_size and batch_size must be >= 1: {block_size}, {batch_size}")
+        check_int(block_size, "block_size", 1)
+        check_int(batch_size, "batch_size", 1)
+        check_int(seed, "seed", 0)
         if stream.numel() < block_size + 1:
             raise DataError(
                 f"the token stream has {stream.numel()} tokens, fewer than block_size + 1 = "
@@ -142,7 +143,8 @@ class WindowSampler:
 
     def batch(self, k: int) -> LMBatch:
         """The ``k``-th training batch (``k`` ≥ 0)."""
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + k)
+        check_int(k, "k", 0)
+        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + k) % 2**64)
         starts = torch.randint(
             self.stream.numel() - self.block_size, (self.batch_size,), generator=generator
         )
@@ -155,6 +157,8 @@ def evaluation_batches(stream: Tensor, block_size: int, batch_size: int) -> Iter
     """Every token after the first predicted exactly once: windows ``[i·T, (i+1)·T]`` of
     ``T + 1`` tokens, ``batch_size`` at a time; the last, shorter window in a batch of its own."""
     _check_stream(stream)
+    check_int(block_size, "block_size", 1)
+    check_int(batch_size, "batch_size", 1)
     stream = stream.long()
     targets = stream.numel() - 1
     if targets < 1:

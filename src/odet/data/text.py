@@ -30,6 +30,7 @@ from typing import BinaryIO, Literal
 import numpy as np
 
 from odet.config import file_kind
+from odet.data.checks import check_int, check_real, count_arrays
 
 PathLike = str | os.PathLike[str]
 SkipReason = Literal["empty", "invalid_utf8", "malformed_json", "missing_field", "not_a_string"]
@@ -138,6 +139,7 @@ class TextPairs:
 
     def head(self, n: int) -> TextPairs:
         """The first ``n`` pairs; the report counts the rest as ``beyond_limit``."""
+        check_int(n, "n", None)
         if n < 0:
             raise ValueError(f"head needs n >= 0, got {n}")
         if n >= len(self):
@@ -452,23 +454,21 @@ class LengthFilter:
             "target": (self.min_target_tokens, self.max_target_tokens),
         }
         for side, (low, high) in bounds.items():
+            check_int(low, f"min_{side}_tokens", 0)
             if low < 0:
                 raise ValueError(f"min_{side}_tokens={low} must be >= 0")
+            if high is not None:
+                check_int(high, f"max_{side}_tokens", 0)
             if high is not None and high < low:
                 raise ValueError(f"max_{side}_tokens={high} must be >= min_{side}_tokens={low}")
-        if self.max_ratio is not None and self.max_ratio < 1.0:
+        if self.max_ratio is not None and check_real(self.max_ratio, "max_ratio") < 1.0:
             raise ValueError(f"max_ratio={self.max_ratio} must be >= 1 (or None)")
 
     def apply(
         self, source_lengths: np.ndarray, target_lengths: np.ndarray
     ) -> tuple[np.ndarray, FilterReport]:
         """Boolean keep-mask ``(N,)`` for pairs of token counts ``(N,)``, and the report."""
-        src = np.asarray(source_lengths, dtype=np.int64)
-        tgt = np.asarray(target_lengths, dtype=np.int64)
-        if src.shape != tgt.shape or src.ndim != 1:
-            raise ValueError(
-                f"length arrays must be 1-D and equal in shape, got {src.shape} and {tgt.shape}"
-            )
+        src, tgt = count_arrays(source_lengths, target_lengths, "length")
         no_limit = np.iinfo(np.int64).max
         max_src = no_limit if self.max_source_tokens is None else self.max_source_tokens
         max_tgt = no_limit if self.max_target_tokens is None else self.max_target_tokens
