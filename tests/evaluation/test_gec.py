@@ -280,3 +280,46 @@ def test_m2_jfleg_full_dev_matches_official_scorer(shared_data: Path) -> None:
     for name, counts in expected.items():
         hyps = (root / name).read_text(encoding="utf-8").splitlines()
         assert _counts(hyps, gold) == counts, name
+
+
+def test_m2_score_of_an_empty_corpus_is_an_error_not_a_perfect_score() -> None:
+    with pytest.raises(ValueError, match="cannot score an empty corpus"):
+        m2_score([], [])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"beta": math.nan}, ValueError, "beta must be a number, got NaN"),
+        ({"beta": math.inf}, ValueError, "need beta > 0"),
+        ({"beta": "1"}, TypeError, "beta must be a number, got '1'"),
+        ({"max_unchanged_words": 1.5}, TypeError, "max_unchanged_words must be an int"),
+    ],
+)
+def test_m2_score_refuses_nan_infinite_or_non_numeric_options(kwargs, error, message) -> None:
+    """A NaN or infinite beta failed an internal assertion (an internal error)."""
+    gold = parse_m2("S a b c\nA 0 1|||R|||x|||REQUIRED|||-NONE-|||0\n")
+    with pytest.raises(error, match=message):
+        m2_score(["x b c"], gold, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda g: m2_score([None], g), TypeError, r"hypotheses\[0\] must be a string"),
+        (lambda g: m2_score(["a"], ["S a"]), TypeError, r"gold\[0\] must be an M2Sentence"),
+        (lambda g: corpus_gleu(["a"], [None], [["a"]]), TypeError, r"hypotheses\[0\] must be"),
+        (lambda g: corpus_gleu([1], ["a"], [["a"]]), TypeError, r"sources\[0\] must be a string"),
+        (
+            lambda g: corpus_gleu(["a"], ["a"], [["a"]], num_iterations=2.5),
+            TypeError,
+            "num_iterations must be an int",
+        ),
+        (lambda g: sentence_gleu("a", "a", ["a"], order=0), ValueError, "order=0 must be >= 1"),
+    ],
+)
+def test_gec_metrics_name_a_wrong_argument(call, error, message) -> None:
+    """These were AttributeErrors from inside the scorers, or a division by zero."""
+    gold = parse_m2("S a\n")
+    with pytest.raises(error, match=message):
+        call(gold)

@@ -55,3 +55,21 @@ def test_mismatched_counts_and_empty_corpus_raise() -> None:
         corpus_rouge([], [])
     with pytest.raises(ValueError, match="example 0 has no reference"):
         corpus_rouge(["a"], [[]])
+
+
+@pytest.mark.parametrize(
+    ("predictions", "references", "error", "message"),
+    [
+        ([None], ["a"], TypeError, r"predictions\[0\] must be a string, got NoneType"),
+        (["a"], [None], TypeError, r"references\[0\] must be a string or a sequence"),
+        (["a"], [["a", 1]], TypeError, r"references\[0\]\[1\] must be a string, got int"),
+    ],
+)
+def test_entries_that_are_not_strings_are_named(predictions, references, error, message) -> None:
+    with pytest.raises(error, match=message):
+        corpus_rouge(predictions, references)
+
+
+def test_use_stemmer_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="use_stemmer must be a bool, got 'no'"):
+        corpus_rouge(["a"], ["a"], use_stemmer="no")  # type: ignore[arg-type]

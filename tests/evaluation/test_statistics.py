@@ -38,3 +38,26 @@ def test_unpaired_or_single_runs_are_errors():
         paired_t_test([1.0], [2.0])
     with pytest.raises(ValueError, match="2 baseline scores but 3"):
         paired_t_test([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    ("baseline", "error", "message"),
+    [
+        ([1.0, 2.0, math.nan], ValueError, r"baseline\[2\] must be a number, got NaN"),
+        ([1.0, 2.0, math.inf], ValueError, r"baseline\[2\] = inf is not a finite score"),
+        (["1", "2", "3"], TypeError, r"baseline\[0\] must be a number, got '1'"),
+        ([1.0, None, 3.0], TypeError, r"baseline\[1\] must be a number, got None"),
+        (3.0, TypeError, "baseline must be a sequence of scores, got float"),
+    ],
+)
+def test_scores_that_are_not_finite_numbers_are_named(baseline, error, message):
+    with pytest.raises(error, match=message):
+        paired_t_test(baseline, [2.0, 3.0, 4.0])
+
+
+def test_a_nan_t_has_no_p_value_rather_than_p_0():
+    with pytest.raises(ValueError, match="t must be a number, got NaN"):
+        student_t_two_sided_p(math.nan, 3)
+    assert student_t_two_sided_p(math.inf, 3) == 0.0
+    with pytest.raises(TypeError, match="df must be an int, got 2.5"):
+        student_t_two_sided_p(2.0, 2.5)

@@ -160,3 +160,53 @@ def test_paired_bleu_test_of_two_systems_at_zero_bleu_is_p_one() -> None:
     out = paired_bleu_test(nonsense_a, nonsense_b, refs, trials=200)
     assert (out.baseline, out.system, out.delta) == (0.0, 0.0, 0.0)
     assert out.p_value == 1.0  # sacrebleu alone says 1 / (trials + 1)
+
+
+@pytest.mark.parametrize(
+    "score",
+    [
+        lambda h, r: corpus_bleu(h, r),
+        lambda h, r: corpus_chrf(h, r),
+        lambda h, r: paired_bleu_test(h, h, r),
+    ],
+    ids=["bleu", "chrf", "paired"],
+)
+def test_an_empty_corpus_is_a_value_error_not_an_index_error(score) -> None:
+    with pytest.raises(ValueError, match="cannot score an empty corpus"):
+        score([], [])
+
+
+@pytest.mark.parametrize(
+    ("hypotheses", "references", "message"),
+    [
+        ([None, "a"], ["a", "b"], r"hypotheses\[0\] must be a string, got NoneType"),
+        ([b"a", "b"], ["a", "b"], r"hypotheses\[0\] must be a string, got bytes"),
+        (["a", "b"], ["a", None], r"references\[1\] must be a string or a sequence of strings"),
+        (["a", "b"], [["a", 3], ["b"]], r"references\[0\]\[1\] must be a string, got int"),
+        ((h for h in ["a"]), ["a"], "hypotheses must be a sequence"),
+    ],
+)
+def test_entries_that_are_not_strings_are_named(hypotheses, references, message) -> None:
+    with pytest.raises(TypeError, match=message):
+        corpus_bleu(hypotheses, references)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: corpus_bleu(["a"], ["a"], tokenize="moses"), ValueError, "tokenize='moses'"),
+        (lambda: corpus_bleu(["a"], ["a"], lowercase="no"), TypeError, "lowercase must be a bool"),
+        (lambda: corpus_chrf(["a"], ["a"], beta=math.nan), TypeError, "beta must be an int"),
+        (lambda: corpus_chrf(["a"], ["a"], char_order=2.5), TypeError, "char_order must be an int"),
+        (
+            lambda: paired_bleu_test(["a"], ["b"], ["a"], trials=math.nan),
+            TypeError,
+            "trials must be an int, got nan",
+        ),
+        (lambda: tokenize_13a_lower(None), TypeError, "text must be a string, got NoneType"),
+    ],
+)
+def test_bad_options_are_named_not_ignored(call, error, message) -> None:
+    """A NaN ``trials`` ran sacrebleu's default 10,000; an unknown tokenizer was a KeyError."""
+    with pytest.raises(error, match=message):
+        call()

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from odet.data.checks import check_int, check_real
 from odet.data.m2 import M2Sentence
+from odet.evaluation.checks import check_not_empty, check_references, check_texts
 
 __all__ = [
     "GLEUResult",
@@ -93,10 +95,9 @@ def _gleu_from_stats(stats: Sequence[float], order: int, smooth: bool = False) -
 def _check_parallel(
     sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[Sequence[str]]
 ) -> None:
-    named = {"sources": sources, "hypotheses": hypotheses, "references": references}
-    for name, value in named.items():
-        if isinstance(value, str):
-            raise TypeError(f"{name} must be a sequence with one entry per sentence, not a string")
+    check_texts(sources, "sources")
+    check_texts(hypotheses, "hypotheses")
+    check_references(references)
     if not len(sources) == len(hypotheses) == len(references):
         raise ValueError(
             f"got {len(sources)} sources, {len(hypotheses)} hypotheses and "
@@ -154,6 +155,8 @@ def corpus_gleu(
     4; here it is divided by ``order`` (identical at the default ``order=4``).
     """
     _check_parallel(sources, hypotheses, references)
+    check_int(num_iterations, "num_iterations", None)
+    check_int(order, "order", None)
     if num_iterations < 1 or order < 1:
         raise ValueError(f"need num_iterations >= 1 and order >= 1, got {num_iterations}, {order}")
     width = 2 + 2 * order
@@ -187,6 +190,7 @@ def sentence_gleu(
     included, are replaced by 1 before the formula).
     """
     _check_parallel([source], [hypothesis], [references])
+    check_int(order, "order", 1)
     s, h = source.split(), hypothesis.split()
     values = [
         _gleu_from_stats(_gleu_stats(s, h, ref.split(), order), order, smooth=True)
@@ -492,13 +496,18 @@ def m2_score(
     ``noop`` annotations contribute no gold edit (the sentence needs no change), so proposing
     edits there costs precision only. Returns ×100 scores and the integer counts.
     """
-    if isinstance(hypotheses, str):
-        raise TypeError("hypotheses must be a sequence of sentences, not a string")
+    check_texts(hypotheses, "hypotheses")
+    for i, sentence in enumerate(gold):
+        if not isinstance(sentence, M2Sentence):
+            raise TypeError(f"gold[{i}] must be an M2Sentence, got {type(sentence).__name__}")
     if len(hypotheses) != len(gold):
         raise ValueError(
             f"got {len(hypotheses)} hypotheses for {len(gold)} M2 sentences; they must be aligned"
         )
-    if beta <= 0 or max_unchanged_words < 0:
+    check_not_empty(hypotheses)
+    check_real(beta, "beta")
+    check_int(max_unchanged_words, "max_unchanged_words", None)
+    if not 0 < beta < math.inf or max_unchanged_words < 0:
         raise ValueError(
             f"need beta > 0 and max_unchanged_words >= 0, got {beta}, {max_unchanged_words}"
         )

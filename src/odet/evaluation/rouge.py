@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from rouge_score.rouge_scorer import RougeScorer
 
+from odet.evaluation.checks import check_references, check_texts
+
 __all__ = ["RougeResult", "RougeScore", "corpus_rouge"]
 
 _TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
@@ -67,8 +69,10 @@ def corpus_rouge(
     Raises ``ValueError`` when the counts differ, the corpus is empty, or an example has no
     reference.
     """
-    if isinstance(predictions, str) or isinstance(references, str):
-        raise TypeError("predictions and references must be sequences, not single strings")
+    check_texts(predictions, "predictions")
+    check_references(references)
+    if not isinstance(use_stemmer, bool):
+        raise TypeError(f"use_stemmer must be a bool, got {use_stemmer!r}")
     if len(predictions) != len(references):
         raise ValueError(
             f"got {len(predictions)} predictions but {len(references)} reference entries"

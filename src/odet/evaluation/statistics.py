@@ -11,6 +11,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from odet.data.checks import check_int, check_real
+
 
 @dataclass(frozen=True)
 class PairedTTest:
@@ -25,6 +29,8 @@ class PairedTTest:
 def paired_t_test(baseline: Sequence[float], system: Sequence[float]) -> PairedTTest:
     """The paired t-test of ``system[i] − baseline[i]`` (two or more pairs); a zero spread of
     the differences gives ``t = ±inf`` and ``p = 0`` (``p = 1`` when every difference is 0)."""
+    for name, scores in (("baseline", baseline), ("system", system)):
+        _check_scores(scores, name)
     if len(baseline) != len(system):
         raise ValueError(f"{len(baseline)} baseline scores but {len(system)} system scores")
     if len(baseline) < 2:
@@ -41,7 +47,10 @@ def paired_t_test(baseline: Sequence[float], system: Sequence[float]) -> PairedT
 
 
 def student_t_two_sided_p(t: float, df: int) -> float:
-    """``P(|T| >= |t|)`` for Student's t with ``df >= 1`` degrees of freedom."""
+    """``P(|T| >= |t|)`` for Student's t with ``df >= 1`` degrees of freedom (``t`` may be
+    infinite, not NaN)."""
+    check_real(t, "t")
+    check_int(df, "df", None)
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
     theta = math.atan(abs(t) / math.sqrt(df))
@@ -59,3 +68,12 @@ def student_t_two_sided_p(t: float, df: int) -> float:
             total += term
         inside = math.sin(theta) * total
     return min(1.0, max(0.0, 1.0 - inside))
+
+
+def _check_scores(scores: object, name: str) -> None:
+    """``TypeError`` / ``ValueError`` unless ``scores`` is a sequence of finite numbers."""
+    if not isinstance(scores, Sequence | np.ndarray) or isinstance(scores, str):
+        raise TypeError(f"{name} must be a sequence of scores, got {type(scores).__name__}")
+    for i, value in enumerate(scores):
+        if not math.isfinite(check_real(value, f"{name}[{i}]")):
+            raise ValueError(f"{name}[{i}] = {value} is not a finite score")

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from odet.data.checks import check_int
+from odet.evaluation.checks import check_not_empty, check_references, check_texts
 
 __all__ = [
     "BLEUResult",
@@ -76,15 +79,14 @@ class CHRFResult:
 
 def _reference_streams(hypotheses: Sequence[str], references: References) -> list[list[str | None]]:
     """Transpose per-example references into sacrebleu's reference streams (None pads)."""
-    if isinstance(hypotheses, str):
-        raise TypeError("hypotheses must be a sequence of strings, not a single string")
-    if isinstance(references, str):
-        raise TypeError("references must be a sequence (one entry per hypothesis), not a string")
+    check_texts(hypotheses, "hypotheses")
+    check_references(references)
     if len(hypotheses) != len(references):
         raise ValueError(
             f"got {len(hypotheses)} hypotheses but {len(references)} reference entries; "
             "references[i] must hold the reference(s) of hypotheses[i]"
         )
+    check_not_empty(hypotheses)
     per_example = [[refs] if isinstance(refs, str) else list(refs) for refs in references]
     for i, refs in enumerate(per_example):
         if not refs:
@@ -105,6 +107,7 @@ def corpus_bleu(
     With ``tokenize="none"`` the text is taken as already tokenized, and sacrebleu's warning
     about tokenized input is silenced.
     """
+    _check_bleu_options(tokenize, lowercase)
     streams = _reference_streams(hypotheses, references)
     metric = BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
     out = metric.corpus_score(list(hypotheses), streams)
@@ -116,6 +119,13 @@ def corpus_bleu(
         ref_len=int(out.ref_len),
         signature=str(metric.get_signature()),
     )
+
+
+def _check_bleu_options(tokenize: object, lowercase: object) -> None:
+    if tokenize not in get_args(BleuTokenizer):
+        raise ValueError(f"tokenize={tokenize!r}; expected one of {get_args(BleuTokenizer)}")
+    if not isinstance(lowercase, bool):
+        raise TypeError(f"lowercase must be a bool, got {lowercase!r}")
 
 
 def tokenized_bleu(hypotheses: Sequence[str], references: References) -> BLEUResult:
@@ -136,6 +146,8 @@ def corpus_chrf(
     beta: int = 2,
 ) -> CHRFResult:
     """Corpus chrF (``word_order=2`` gives chrF++) of ``hypotheses`` against ``references``."""
+    for name, value in {"char_order": char_order, "word_order": word_order, "beta": beta}.items():
+        check_int(value, name, None)
     if char_order < 1 or word_order < 0 or beta < 1:
         raise ValueError(
             f"need char_order >= 1, word_order >= 0, beta >= 1; "
@@ -194,6 +206,8 @@ def paired_bleu_test(
     when just a few sentences differ (one differing sentence gives ``1 / (trials + 1)``);
     equal scores (e.g. identical outputs) are given ``p = 1``.
     """
+    check_texts(baseline, "baseline")
+    check_texts(system, "system")
     if len(baseline) != len(system):
         raise ValueError(
             f"the systems must translate the same sentences: got {len(baseline)} baseline and "
@@ -201,8 +215,10 @@ def paired_bleu_test(
         )
     if method not in ("ar", "bs"):
         raise ValueError(f"method must be 'ar' or 'bs', got {method!r}")
+    check_int(trials, "trials", None)
     if trials < 0:
         raise ValueError(f"trials must be >= 0 (0: sacrebleu's default), got {trials}")
+    _check_bleu_options(tokenize, lowercase)
     streams = _reference_streams(baseline, references)
     metric = BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
     test = PairedTest(
@@ -234,4 +250,6 @@ _TOKENIZER_13A = Tokenizer13a()
 
 def tokenize_13a_lower(text: str) -> str:
     """Lower-case ``text`` and tokenize it with sacrebleu's 13a (mteval-v13a) tokenizer."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
     return _TOKENIZER_13A(text.strip()).lower()
