@@ -144,3 +144,33 @@ def test_utf_16_or_32_with_its_byte_order_mark_is_named(tmp_path, encoding):
     name = encoding.upper()
     with pytest.raises(DataError, match=rf"hyp is {name} text .*iconv -f {name} -t UTF-8"):
         evaluate_files("bleu", str(tmp_path / "hyp"), [ref])
+
+
+def test_one_path_may_be_a_str_or_a_path_for_every_file_argument(files):
+    """A ``Path`` hypothesis was a TypeError; a ``str`` reference was read letter by letter
+    (``--ref / is a directory``); a ``str`` baseline counted its letters as files."""
+    expected = evaluate_files("bleu", [files["sys1"]], [files["ref"]], baseline=[files["base1"]])
+    for hyp, ref, base in [
+        (files["sys1"], files["ref"], files["base1"]),
+        (Path(files["sys1"]), Path(files["ref"]), Path(files["base1"])),
+        ([Path(files["sys1"])], [Path(files["ref"])], [Path(files["base1"])]),
+    ]:
+        assert evaluate_files("bleu", hyp, ref, baseline=base) == expected
+    gleu = evaluate_files("gleu", files["sys1"], files["ref"], source=Path(files["base1"]))
+    assert gleu["score"] > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"refs": []}, DataError, "no reference file given"),
+        ({"refs": [3]}, TypeError, r"refs\[0\] must be a path, got int"),
+        ({"refs": None}, TypeError, "refs must be a path or a list of paths, got NoneType"),
+        ({"source": ["a", "b"]}, TypeError, "source must be a path, got list"),
+    ],
+)
+def test_missing_or_wrongly_typed_file_arguments_are_named(files, kwargs, error, message):
+    options = {"metric": "gleu", "hyp": files["sys1"], "refs": [files["ref"]], **kwargs}
+    options.setdefault("source", files["base1"])
+    with pytest.raises(error, match=message):
+        evaluate_files(**options)

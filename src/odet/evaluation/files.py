@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from odet.data.m2 import read_m2
 from odet.data.text import (
     DataError,
+    PathLike,
     check_input_file,
     decode_line,
     not_text_message,
@@ -62,27 +64,47 @@ def _aligned(hyp_path: str, hyps: list[str], others: dict[str, list[str]]) -> No
             )
 
 
+def _paths(value: object, name: str) -> list[str]:
+    """One path (a string or ``os.PathLike``) or a sequence of them, as a list of strings."""
+    if isinstance(value, str | os.PathLike):
+        return [os.fspath(value)]
+    if not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a path or a list of paths, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str | os.PathLike):
+            raise TypeError(f"{name}[{i}] must be a path, got {type(item).__name__}")
+    return [os.fspath(item) for item in value]
+
+
 def evaluate_files(
     metric: str,
-    hyp: str | Sequence[str],
-    refs: list[str],
+    hyp: PathLike | Sequence[PathLike],
+    refs: PathLike | Sequence[PathLike],
     *,
-    source: str | None = None,
+    source: PathLike | None = None,
     tokenized: bool = False,
     lowercase: bool = False,
-    baseline: Sequence[str] | None = None,
+    baseline: PathLike | Sequence[PathLike] | None = None,
 ) -> dict[str, Any]:
     """Score a hypothesis file against reference file(s); returns numbers and a text summary.
 
-    BLEU only: several hypothesis files (e.g. one per training seed) are scored as one corpus,
+    Each file argument is a path (``str`` or ``os.PathLike``) or a list of them. BLEU only:
+    several hypothesis files (e.g. one per training seed) are scored as one corpus,
     each against the same references, and ``baseline`` files (one per hypothesis file, in the
     same order) add a paired approximate-randomization test of the difference.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
-    hyp_paths = [hyp] if isinstance(hyp, str) else list(hyp)
+    hyp_paths = _paths(hyp, "hyp")
+    refs = _paths(refs, "refs")
+    baseline = None if baseline is None else _paths(baseline, "baseline")
+    if source is not None and not isinstance(source, str | os.PathLike):
+        raise TypeError(f"source must be a path, got {type(source).__name__}")
+    source = None if source is None else os.fspath(source)
     if not hyp_paths:
         raise DataError("no hypothesis file given")
+    if not refs:
+        raise DataError("no reference file given")
     if (len(hyp_paths) > 1 or baseline) and metric != "bleu":
         raise DataError("several --hyp files and --baseline are for --metric bleu only")
     if baseline is not None and len(baseline) != len(hyp_paths):
