@@ -489,6 +489,27 @@ CASES: list[Case] = [
     ],
     Case(
         "train",
+        "vocab_size beyond what the training text supports",
+        lambda e: ["train", e.config(data={"vocab_size": 5000})],
+        r"vocab_size=5000 is more than these texts support: at most \d+",
+        ("out",),
+    ),
+    Case(
+        "train",
+        "a user-defined symbol given twice",
+        lambda e: ["train", e.config(data={"user_defined_symbols": ["#A#", "#A#"]})],
+        r"user_defined_symbols lists \['#A#'\] more than once",
+        ("out",),
+    ),
+    Case(
+        "train",
+        "an empty user-defined symbol",
+        lambda e: ["train", e.config(data={"user_defined_symbols": [""]})],
+        r"user_defined_symbols holds '': each must be a non-empty str",
+        ("out",),
+    ),
+    Case(
+        "train",
         "empty --output-dir",
         lambda e: ["train", e.config(), "--output-dir", ""],
         r"output_dir must name the run directory",

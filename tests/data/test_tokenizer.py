@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 from pathlib import Path
 
 import numpy as np
@@ -173,13 +174,47 @@ def test_model_with_other_special_ids_is_rejected() -> None:
 
 
 def test_vocabulary_larger_than_corpus_allows_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="SentencePiece training failed"):
+    with pytest.raises(ValueError, match=r"vocab_size=5000 is more than these texts support"):
         Tokenizer.train(["a b c"], vocab_size=5000)
 
 
 def test_training_on_only_blank_texts_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="SentencePiece training failed"):
+    with pytest.raises(ValueError, match=r"no text to train on: 3 text\(s\), all empty or blank"):
         Tokenizer.train(["", "   ", "\t"], vocab_size=50)
+
+
+def test_training_on_only_over_long_texts_says_so() -> None:
+    with pytest.raises(ValueError, match="every non-blank text is longer than max_sentence_len"):
+        Tokenizer.train(["x" * 20, "", "y" * 30], vocab_size=50, max_sentence_length=10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"texts": "the cat sat"}, TypeError, "texts must be an iterable of strings, not one"),
+        ({"texts": [None, "a b"]}, TypeError, r"texts\[0\] must be a string, got NoneType"),
+        ({"texts": ["a", b"b"]}, TypeError, r"texts\[1\] must be a string, got bytes"),
+        ({"vocab_size": 60.5}, TypeError, "vocab_size must be an int, got 60.5"),
+        ({"vocab_size": "60"}, TypeError, "vocab_size must be an int, got '60'"),
+        ({"vocab_size": 10**12}, ValueError, "vocab_size=1000000000000 must be <= 2147483647"),
+        ({"character_coverage": math.nan}, ValueError, "character_coverage must be a number"),
+        ({"seed": -1}, ValueError, r"seed=-1 must lie in \[0, 4294967295\]"),
+        ({"input_sentence_size": 10.5}, TypeError, "input_sentence_size must be an int"),
+        ({"max_sentence_length": 0}, ValueError, "max_sentence_length=0 must lie in"),
+        ({"num_threads": 1.5}, TypeError, "num_threads must be an int"),
+        ({"user_defined_symbols": "#P#"}, TypeError, "must be a list of strings, not '#P#'"),
+        ({"user_defined_symbols": [""]}, ValueError, "holds '': each must be a non-empty"),
+        ({"user_defined_symbols": ["#A", "#A"]}, ValueError, r"lists \['#A'\] more than once"),
+    ],
+)
+def test_training_arguments_of_the_wrong_type_or_range_are_named(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """Before: a string trained on its characters, None texts were dropped in silence, a
+    float input_sentence_size was taken, others gave SentencePiece's internal messages."""
+    options: dict[str, object] = {"texts": CORPUS, "vocab_size": 40, **kwargs}
+    with pytest.raises(error, match=message):
+        Tokenizer.train(**options)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -237,6 +272,33 @@ def test_pair_load_rejects_ambiguous_and_empty_directories(
     tokenizer.save(tmp_path / "tokenizer.src.model")
     with pytest.raises(ValueError, match="holds both"):
         TokenizerPair.load(tmp_path)
+
+
+def test_a_model_with_other_special_ids_is_named_as_such_by_load(tmp_path: Path) -> None:
+    """It was reported as "not a SentencePiece model (corrupt or truncated)"."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS), model_writer=model, vocab_size=40, minloglevel=2
+    )
+    (tmp_path / "other.model").write_bytes(model.getvalue())
+    with pytest.raises(ValueError, match=r"other\.model: SentencePiece model has special ids"):
+        Tokenizer.load(tmp_path / "other.model")
+    with pytest.raises(TypeError, match="a model proto is bytes, got str"):
+        Tokenizer.from_bytes("not bytes")  # type: ignore[arg-type]
+
+
+def test_pair_load_names_what_is_wrong_with_the_directory(
+    tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    tokenizer.save(tmp_path / "half" / "tokenizer.src.model")
+    with pytest.raises(FileNotFoundError, match="holds tokenizer.src.model but not tokenizer.tgt"):
+        TokenizerPair.load(tmp_path / "half")
+    (tmp_path / "dir" / "tokenizer.model").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"tokenizer\.model is not a regular file"):
+        TokenizerPair.load(tmp_path / "dir")
+    tokenizer.save(tmp_path / "afile")
+    with pytest.raises(NotADirectoryError, match="afile is not a directory"):
+        TokenizerPair.load(tmp_path / "afile")
 
 
 def test_pair_rejects_non_tokenizer_sides(tokenizer: Tokenizer) -> None:

@@ -35,7 +35,13 @@ def check_int(value: object, name: str, low: int | None, high: int | None = None
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if (low is not None and value < low) or (high is not None and value > high):
-        bound = f"lie in [{low}, {high}]" if high is not None else f"be >= {low}"
+        bound = (
+            f"be <= {high}"
+            if low is None
+            else f"lie in [{low}, {high}]"
+            if high is not None
+            else f"be >= {low}"
+        )
         raise ValueError(f"{name}={value} must {bound}")
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import io
 import os
 import random
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -20,7 +21,7 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
-from odet.data.checks import check_int, token_ids
+from odet.data.checks import check_int, check_real, token_ids
 from odet.io import write_bytes_atomic
 
 PAD_ID = 0
@@ -84,22 +85,27 @@ class Tokenizer:
             raise ValueError(
                 f"normalization={normalization!r}; expected one of {get_args(Normalization)}"
             )
-        if vocab_size <= len(SPECIAL_PIECES) + len(user_defined_symbols):
+        symbols = _check_symbols(user_defined_symbols)
+        check_int(vocab_size, "vocab_size", None, _INT32_MAX)
+        if vocab_size <= len(SPECIAL_PIECES) + len(symbols):
             raise ValueError(
                 f"vocab_size={vocab_size} must exceed the {len(SPECIAL_PIECES)} special pieces "
-                f"plus {len(user_defined_symbols)} user-defined symbols"
+                f"plus {len(symbols)} user-defined symbols"
             )
-        if not 0.0 < character_coverage <= 1.0:
+        if not 0.0 < check_real(character_coverage, "character_coverage") <= 1.0:
             raise ValueError(f"character_coverage={character_coverage} must be in (0, 1]")
-        clashes = sorted(set(user_defined_symbols) & set(SPECIAL_PIECES))
+        clashes = sorted(set(symbols) & set(SPECIAL_PIECES))
         if clashes:
             raise ValueError(f"user_defined_symbols {clashes} clash with the special pieces")
-        if input_sentence_size < 0:
-            raise ValueError(f"input_sentence_size={input_sentence_size} must be >= 0")
-        if num_threads < 1:
-            raise ValueError(f"num_threads={num_threads} must be >= 1")
+        check_int(seed, "seed", 0, 2**32 - 1)
+        check_int(input_sentence_size, "input_sentence_size", 0, _INT32_MAX)
+        check_int(max_sentence_length, "max_sentence_length", 10, 2**30)
+        check_int(num_threads, "num_threads", 1, 1024)
+        if isinstance(texts, str | bytes):
+            raise TypeError("texts must be an iterable of strings, not one string")
 
-        sentences: Iterable[str] = (text for text in texts if text and not text.isspace())
+        counts = _TextCounts(max_sentence_length)
+        sentences: Iterable[str] = counts.usable(texts)
         if input_sentence_size > 0:
             sentences = _reservoir_sample(sentences, input_sentence_size, seed)
         model = io.BytesIO()
@@ -111,7 +117,7 @@ class Tokenizer:
                 vocab_size=vocab_size,
                 model_type=model_type,
                 character_coverage=character_coverage,
-                user_defined_symbols=list(user_defined_symbols),
+                user_defined_symbols=symbols,
                 byte_fallback=byte_fallback,
                 normalization_rule_name=normalization,
                 max_sentence_length=max_sentence_length,
@@ -129,28 +135,30 @@ class Tokenizer:
         except RuntimeError as error:
             # SentencePiece reports bad settings (e.g. a vocabulary larger than the corpus
             # supports, or no input at all) as RuntimeError; they are caller errors.
-            raise ValueError(f"SentencePiece training failed: {error}") from error
+            if counts.bad is not None:
+                raise counts.bad from None
+            raise ValueError(counts.explain(error, vocab_size)) from error
         return cls.from_bytes(model.getvalue())
 
     @classmethod
     def from_bytes(cls, model_proto: bytes) -> Tokenizer:
         """Load a serialized SentencePiece model proto (as returned by ``to_bytes``)."""
-        processor = spm.SentencePieceProcessor()
-        try:
-            processor.LoadFromSerializedProto(model_proto)
-        except (RuntimeError, OSError):
-            raise ValueError("not a SentencePiece model proto (corrupt or truncated)") from None
-        return cls(processor)
+        return cls(_processor(model_proto, "not a SentencePiece model proto"))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Tokenizer:
-        """Load a ``.model`` file written by ``save`` (or by SentencePiece with odet's ids)."""
+        """Load a ``.model`` file written by ``save`` (or by SentencePiece with odet's ids).
+
+        A file that is not a model, or a model whose special ids are not odet's, is a
+        ``ValueError`` naming ``path``.
+        """
+        processor = _processor(
+            Path(path).read_bytes(), f"tokenizer {path} is not a SentencePiece model"
+        )
         try:
-            return cls.from_bytes(Path(path).read_bytes())
-        except ValueError:
-            raise ValueError(
-                f"tokenizer {path} is not a SentencePiece model (corrupt or truncated)"
-            ) from None
+            return cls(processor)
+        except ValueError as err:
+            raise ValueError(f"tokenizer {path}: {err}") from None
 
     def to_bytes(self) -> bytes:
         """The serialized model proto; ``Tokenizer.from_bytes`` restores an identical tokenizer."""
@@ -213,6 +221,77 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+_INT32_MAX = 2**31 - 1
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+
+
+def _check_symbols(symbols: Sequence[str]) -> list[str]:
+    """``user_defined_symbols`` as a list; each must be a distinct, non-empty string."""
+    if isinstance(symbols, str | bytes):
+        raise TypeError(f"user_defined_symbols must be a list of strings, not {symbols!r}")
+    listed = list(symbols)
+    for symbol in listed:
+        if not isinstance(symbol, str) or not symbol:
+            raise ValueError(f"user_defined_symbols holds {symbol!r}: each must be a non-empty str")
+    repeated = sorted({symbol for symbol in listed if listed.count(symbol) > 1})
+    if repeated:
+        raise ValueError(f"user_defined_symbols lists {repeated} more than once")
+    return listed
+
+
+class _TextCounts:
+    """Counts what training was given, so that a failure says why no text was usable."""
+
+    def __init__(self, max_sentence_length: int) -> None:
+        self.max_sentence_length = max_sentence_length
+        self.texts = self.blank = self.too_long = 0
+        self.bad: TypeError | None = None
+        """The error of a text that is not a string (SentencePiece turns it into a
+        RuntimeError when it raises inside its training loop)."""
+
+    def usable(self, texts: Iterable[str]) -> Iterator[str]:
+        """The non-blank ``texts`` (``TypeError`` at the first that is not a string)."""
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                self.bad = TypeError(f"texts[{index}] must be a string, got {type(text).__name__}")
+                raise self.bad
+            self.texts += 1
+            if not text or text.isspace():
+                self.blank += 1
+                continue
+            self.too_long += len(text.encode("utf-8")) > self.max_sentence_length
+            yield text
+
+    def explain(self, error: RuntimeError, vocab_size: int) -> str:
+        """Why SentencePiece failed, in terms of the arguments."""
+        if self.texts == self.blank:
+            return f"no text to train on: {self.texts} text(s), all empty or blank"
+        if self.texts == self.blank + self.too_long:
+            return (
+                f"no text to train on: every non-blank text is longer than "
+                f"max_sentence_length={self.max_sentence_length} bytes"
+            )
+        if found := _TOO_HIGH.search(str(error)):
+            return (
+                f"vocab_size={vocab_size} is more than these texts support: at most "
+                f"{found.group(2)} (train on more text or ask for fewer pieces)"
+            )
+        return f"SentencePiece training failed: {error}"
+
+
+def _processor(model_proto: bytes, what: str) -> spm.SentencePieceProcessor:
+    """A processor loaded from ``model_proto``; ``TypeError`` unless it is bytes, ``ValueError``
+    (``what`` first) when it is not a model."""
+    if not isinstance(model_proto, bytes):
+        raise TypeError(f"a model proto is bytes, got {type(model_proto).__name__}")
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(model_proto)
+    except (RuntimeError, OSError):
+        raise ValueError(f"{what} (corrupt or truncated)") from None
+    return processor
 
 
 def _reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:
@@ -285,12 +364,23 @@ class TokenizerPair:
     def load(cls, directory: str | os.PathLike[str]) -> TokenizerPair:
         """Load a pair saved by ``save``; exactly one of the two layouts must be present."""
         directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise NotADirectoryError(f"tokenizer directory {directory} is not a directory")
+        names = (_JOINT_FILE, _SOURCE_FILE, _TARGET_FILE)
+        for name in names:
+            if (directory / name).exists() and not (directory / name).is_file():
+                raise ValueError(f"{directory / name} is not a regular file")
         joint = (directory / _JOINT_FILE).is_file()
         separate = [(directory / name).is_file() for name in (_SOURCE_FILE, _TARGET_FILE)]
         if joint and any(separate):
             raise ValueError(
                 f"{directory} holds both {_JOINT_FILE} and {_SOURCE_FILE}/{_TARGET_FILE}; "
                 "remove the stale layout"
+            )
+        if any(separate) and not all(separate):
+            present, missing = (_SOURCE_FILE, _TARGET_FILE)[:: 1 if separate[0] else -1]
+            raise FileNotFoundError(
+                f"{directory} holds {present} but not {missing}: the pair is incomplete"
             )
         if joint:
             return cls.joint(Tokenizer.load(directory / _JOINT_FILE))
