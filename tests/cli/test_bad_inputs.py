@@ -1715,6 +1715,35 @@ CASES: list[Case] = [
     ),
     Case(
         "prepare",
+        "dialogsum JSON nested beyond Python's recursion limit",
+        lambda e: [
+            "prepare",
+            "dialogsum",
+            e.file("deep.jsonl", "[" * 100_000 + "\n"),
+            "--out",
+            str(e.tmp / "x"),
+        ],
+        r"deep\.jsonl.*(malformed|no usable)",
+    ),
+    Case(
+        "train",
+        "jsonl data nested beyond Python's recursion limit",
+        lambda e: [
+            "train",
+            e.config(
+                data={
+                    "format": "jsonl",
+                    "train": [e.file("deep.jsonl", "[" * 100_000 + "\n")],
+                    "valid": [],
+                    "test": [],
+                }
+            ),
+        ],
+        r"deep\.jsonl.*malformed",
+        ("out",),
+    ),
+    Case(
+        "prepare",
         "dialogsum no usable record",
         lambda e: [
             "prepare",

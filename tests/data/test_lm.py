@@ -114,6 +114,26 @@ def test_valid_fraction_must_be_a_number():
         split_text("abc", "0.5")
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"type": "char"}', "needs 'chars', a string"),
+        (b'{"type": "char", "chars": 5}', "needs 'chars', a string"),
+        (b'{"type": "char", "chars": "ba"}', "must be sorted and distinct"),
+        (b"not json", r"not a character vocabulary \(not UTF-8 JSON\)"),
+        (b"\xff\xfe", "is UTF-16 text"),
+    ],
+)
+def test_a_malformed_vocabulary_file_is_a_data_error_naming_it(tmp_path, content, message):
+    """A missing 'chars' was a KeyError, bad JSON a JSONDecodeError without the file name."""
+    path = tmp_path / "vocab.json"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=rf"vocab\.json.*{message}"):
+        CharVocabulary.load(path)
+    with pytest.raises(DataError, match="not found"):
+        CharVocabulary.load(tmp_path / "none.json")
+
+
 def test_a_gzip_text_file_reads_as_its_text(tmp_path):
     path = tmp_path / "input.txt.gz"
     path.write_bytes(gzip.compress(b"to be, or not to be\n"))

@@ -177,6 +177,15 @@ def test_strict_jsonl_raises_with_line_and_reason(
         read_jsonl_pairs(path, "s", "t", strict=True)
 
 
+def test_json_nested_beyond_the_recursion_limit_is_malformed_not_a_crash(tmp_path: Path) -> None:
+    path = write(tmp_path / "deep.jsonl", b"[" * 100_000 + b'\n{"s": "a", "t": "b"}\n')
+    pairs = read_jsonl_pairs(path, "s", "t")
+    assert list(pairs) == [("a", "b")]
+    assert pairs.report.malformed_json == 1
+    with pytest.raises(DataError, match="line 1: malformed_json: nested too deeply"):
+        read_jsonl_pairs(path, "s", "t", strict=True)
+
+
 def test_strict_jsonl_still_skips_blank_lines(tmp_path: Path) -> None:
     path = write(tmp_path / "ok.jsonl", b'\n{"s": "a", "t": "b"}\n\n')
     pairs = read_jsonl_pairs(path, "s", "t", strict=True)

@@ -95,10 +95,19 @@ class CharVocabulary:
 
     @classmethod
     def load(cls, path: PathLike) -> CharVocabulary:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        """The vocabulary ``save`` wrote; anything else in the file is a ``DataError``."""
+        try:
+            data = json.loads(read_binary(path, "vocabulary").decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise DataError(f"{path}: not a character vocabulary (not UTF-8 JSON)") from None
         if not isinstance(data, dict) or data.get("type") != "char":
             raise DataError(f"{path}: not a character vocabulary")
-        return cls(data["chars"])
+        if not isinstance(data.get("chars"), str):
+            raise DataError(f"{path}: a character vocabulary needs 'chars', a string")
+        try:
+            return cls(data["chars"])
+        except DataError as err:
+            raise DataError(f"{path}: {err}") from None
 
 
 @dataclass(frozen=True)

@@ -385,6 +385,8 @@ def _parse_record(
         record = json.loads(text)
     except json.JSONDecodeError as error:
         return None, f"malformed_json: {error}"
+    except RecursionError:
+        return None, "malformed_json: nested too deeply to parse"
     if not isinstance(record, dict):
         return None, f"missing_field: record is a JSON {type(record).__name__}, not an object"
     values = []
