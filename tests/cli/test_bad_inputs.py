@@ -1697,6 +1697,22 @@ CASES: list[Case] = [
     ),
     Case(
         "prepare",
+        "m2 overlapping edits",
+        lambda e: [
+            "prepare",
+            "m2",
+            e.file(
+                "ov.m2",
+                "S a b c\nA 0 2|||R|||x|||REQUIRED|||-NONE-|||0\n"
+                "A 1 3|||R|||y|||REQUIRED|||-NONE-|||0\n",
+            ),
+            "--out",
+            str(e.tmp / "m2/x"),
+        ],
+        r"ov\.m2, sentence 1 .*overlaps",
+    ),
+    Case(
+        "prepare",
         "m2 --out is the input",
         lambda e: ["prepare", "m2", e.m2("x.src"), "--out", str(e.tmp / "x")],
         r"x\.src.*input",

@@ -141,6 +141,19 @@ def test_an_m2_file_that_is_not_utf_8_text_is_named(tmp_path: Path, data: bytes,
         read_m2(path)
 
 
+def test_overlapping_edits_in_a_file_name_the_file_sentence_and_annotator(tmp_path: Path):
+    path = tmp_path / "overlap.m2"
+    path.write_text(
+        "S ok .\n\nS a b c\nA 0 2|||R|||x|||REQUIRED|||-NONE-|||1\n"
+        "A 1 3|||R|||y|||REQUIRED|||-NONE-|||1\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(
+        DataError, match=r"overlap\.m2, sentence 2 \('a b c'\), annotator 1: edit span"
+    ):
+        read_m2_parallel(path)
+
+
 def test_read_m2_error_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.m2"
     path.write_text("S a\nA 0 1|||R|||x\n", encoding="utf-8")

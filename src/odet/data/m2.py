@@ -257,6 +257,18 @@ def read_m2_parallel(
     A sentence that an annotator did not annotate (no edit and no noop from that id, in a file
     with several annotators) counts as left unchanged by that annotator.
     """
+    from odet.data.text import DataError
+
     sentences = read_m2(path, out_of_range=out_of_range)
     ids = sorted({a for s in sentences for a in s.annotators})
-    return {a: [(s.source, s.corrected(a)) for s in sentences] for a in ids}
+    pairs: dict[int, list[tuple[str, str]]] = {a: [] for a in ids}
+    for number, sentence in enumerate(sentences, start=1):
+        for a in ids:
+            try:
+                pairs[a].append((sentence.source, sentence.corrected(a)))
+            except ValueError as err:
+                raise DataError(
+                    f"M2 file {path}, sentence {number} ({sentence.source[:40]!r}), "
+                    f"annotator {a}: {err}"
+                ) from None
+    return pairs
