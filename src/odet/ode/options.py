@@ -75,7 +75,8 @@ class SolverOptions:
     on_failure: OnFailure = "raise"
     """A failed solve (an adaptive one, or fixed steps whose state turned inf/NaN) raises
     ``SolverError`` or, with ``"flag"``, returns the state reached with the per-sample status
-    flagged."""
+    flagged. In training, ``"raise"`` stops the run (its last update checkpointed) and
+    ``"flag"`` skips the update."""
     grad_through_step_size: bool = True
     """Backpropagate through the step-size controller too (torchode's default: each step size
     is a differentiable function of the error estimates); ``False`` detaches the step sizes,

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +43,20 @@ from odet.training.metrics import MetricsLog, plot_learning_curve
 from odet.training.parallel import parallelize, pick_device
 from odet.training.resume import (
     RunCheckpoints,
+    checkpoint_before_error,
     completed_run,
     reopen_finished_run,
     spent_budget,
 )
 from odet.training.run_dir import SUMMARY_NAME, detach_log_file, open_run_dir
 from odet.training.schedule import make_schedule
-from odet.training.signals import StopSignals
+from odet.training.signals import StopSignals, TrainingInterruptedError
 from odet.training.step import (
     ForwardPrecision,
     apply_update,
     fused_adam_supported,
     record_skipped_update,
 )
-from odet.training.trainer import TrainingInterruptedError
 
 logger = logging.getLogger("odet.train")
 
@@ -407,16 +408,8 @@ class LMTrainer:
         return losses
 
     def _rescue(self, started: float) -> None:
-        """Before an error ends training, checkpoint the last applied update unless it is saved
-        already (batch ``k`` is a function of ``k``: the same command resumes exactly)."""
-        if self.state.step in (0, self._saved_step):
-            return
-        path = self._save(started)
-        logger.warning(
-            "stopped by an error after update %d, saved in %s: the same command resumes there",
-            self.state.step,
-            path,
-        )
+        """``checkpoint_before_error`` (batch ``k`` is a function of ``k``: resumed exactly)."""
+        checkpoint_before_error(self.state, self._saved_step, partial(self._save, started))
 
     def _save(self, started: float) -> Path:
         self.state.elapsed_seconds = time.perf_counter() - started

@@ -43,6 +43,21 @@ class MetricsLog:
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
 
 
+def train_record(
+    window: ThroughputWindow, *, step: int, epoch: int, loss: float, nll: float, lr: float,
+    elapsed: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The values of the ``train`` record of ``step`` for the updates since ``window`` started,
+    which it restarts."""
+    nfe = window.mean_nfe()
+    record = {
+        "step": step, "epoch": epoch, "loss": loss, "nll": nll, "lr": lr,
+        "target_tokens_per_s": window.tokens_per_second(), "elapsed": elapsed,
+    }  # fmt: skip
+    window.restart()
+    return record | ({"encoder_nfe": nfe} if nfe is not None else {})
+
+
 def is_final_record(record: dict[str, Any]) -> bool:
     """Whether ``record`` is written once, when a run finishes: the ``test`` scores, or the
     exact validation pass of a language model."""

@@ -54,6 +54,17 @@ class ParallelModel:
             return self.module.no_sync()
         return nullcontext()
 
+    def replica_digests(self) -> list[str]:
+        """The parameter digest of every rank (a collective), checked equal: replicated (DDP)
+        ranks must hold identical weights (``RuntimeError``); sharded (FSDP) ones hold
+        shards: ``[]``."""
+        if self.sharded:
+            return []
+        digests = [str(d) for d in self.dist.all_gather_object(parameter_digest(self.model))]
+        if len(set(digests)) > 1:
+            raise RuntimeError(f"ranks ended with different parameters: {digests}")
+        return digests
+
     def evaluation_model(self, device: torch.device) -> Seq2Seq:
         """A model rank 0 can run on its own: the training model, or for FSDP a full copy of the
         sharded weights (a collective: every rank must call it)."""

@@ -4,6 +4,7 @@ from it, write new ones. Every rank calls these; rank 0 alone writes and cleans 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,6 +63,20 @@ def spent_budget(state: TrainerState, train: LoopConfig | LMLoopConfig) -> str:
     if train.patience and state.bad_epochs >= train.patience:
         return "early_stopping"
     return "max_epochs" if int(state.batcher.get("epoch", 0)) >= train.max_epochs else ""
+
+
+def checkpoint_before_error(state: TrainerState, saved_step: int, save: Callable[[], Path]) -> None:
+    """Before an error ends training, ``save()`` the last applied update unless it is the
+    newest checkpoint (``saved_step``) or there is none, so that the same command resumes
+    there instead of losing the updates since."""
+    if state.step in (0, saved_step):
+        return
+    path = save()
+    logger.warning(
+        "stopped by an error after update %d, saved in %s: the same command resumes there",
+        state.step,
+        path,
+    )
 
 
 def close_finished_epoch(batcher: EpochBatches) -> None:

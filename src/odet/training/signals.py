@@ -7,6 +7,10 @@ import signal
 from typing import Any
 
 
+class TrainingInterruptedError(RuntimeError):
+    """Training stopped on SIGINT/SIGTERM after saving a checkpoint."""
+
+
 class StopSignals:
     """Turns SIGINT/SIGTERM into a flag checked between updates (main thread only).
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -26,11 +27,12 @@ from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name
 from odet.training.compile import compile_counts
 from odet.training.config import TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
-from odet.training.metrics import MetricsLog, ThroughputWindow, plot_learning_curve
-from odet.training.parallel import ParallelModel, parallelize, parameter_digest, pick_device
+from odet.training.metrics import MetricsLog, ThroughputWindow, train_record
+from odet.training.parallel import ParallelModel, parallelize, pick_device
 from odet.training.prepare import make_batcher, prepare_data, read_split
 from odet.training.resume import (
     RunCheckpoints,
+    checkpoint_before_error,
     close_finished_epoch,
     completed_run,
     reopen_finished_run,
@@ -43,7 +45,7 @@ from odet.training.run_dir import (
     result_from_summary,
     write_summary,
 )
-from odet.training.signals import StopSignals
+from odet.training.signals import StopSignals, TrainingInterruptedError
 from odet.training.step import (
     Accumulation,
     ForwardPrecision,
@@ -54,15 +56,11 @@ from odet.training.step import (
     solve_failure,
     train_step,
 )
-from odet.training.validate import Evaluator, coefficient_record, track_best
+from odet.training.validate import Evaluator, report_validation, track_best
 
 __all__ = ["TrainResult", "Trainer", "TrainingInterruptedError", "train"]
 
 logger = logging.getLogger("odet.train")
-
-
-class TrainingInterruptedError(RuntimeError):
-    """Training stopped on SIGINT/SIGTERM after saving a checkpoint."""
 
 
 class Trainer:
@@ -216,15 +214,9 @@ class Trainer:
         self.parallel.module.train()
         params = [p for p in self.model.parameters() if p.requires_grad]
         accumulated, window = Accumulation(), ThroughputWindow()
-        bar = tqdm(
-            total=len(self.batcher) // update_freq,
-            initial=self.batcher.state_dict()["position"] // update_freq,
-            desc=f"epoch {self.batcher.epoch + 1}",
-            unit="upd",
-            disable=not self.progress,
-            dynamic_ncols=True,
-            leave=False,
-        )
+        bar = tqdm(total=len(self.batcher) // update_freq, desc=f"epoch {self.batcher.epoch + 1}",
+                   initial=self.batcher.state_dict()["position"] // update_freq, unit="upd",
+                   disable=not self.progress, dynamic_ncols=True, leave=False)  # fmt: skip
         with bar:
             for indices in self.batcher:
                 batch = self.train_set.batch(indices).to(self.device)
@@ -297,23 +289,13 @@ class Trainer:
 
     def _log_train(self, window: ThroughputWindow, bar: tqdm, loss: float, nll: float) -> None:
         """A ``train`` record (rank 0) and the progress bar's numbers; restarts ``window``."""
-        speed = window.tokens_per_second()
-        lr = self.scheduler.get_last_lr()[0]
+        s, lr = self.state, self.scheduler.get_last_lr()[0]
+        record = train_record(window, step=s.step, epoch=s.epoch, loss=loss, nll=nll, lr=lr,
+                              elapsed=s.elapsed_seconds)  # fmt: skip
+        speed = record["target_tokens_per_s"]
         bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:.0f}")
         if self.dist.is_main:
-            nfe = window.mean_nfe()
-            self.metrics.write(
-                "train",
-                step=self.state.step,
-                epoch=self.state.epoch,
-                loss=loss,
-                nll=nll,
-                lr=lr,
-                target_tokens_per_s=speed,
-                elapsed=self.state.elapsed_seconds,
-                **({"encoder_nfe": nfe} if nfe is not None else {}),
-            )
-        window.restart()
+            self.metrics.write("train", **record)
 
     # ------------------------------------------------------------------ evaluation
     def _end_of_epoch(self, started: float, signals: StopSignals) -> str:
@@ -330,7 +312,16 @@ class Trainer:
         metrics = self.dist.broadcast_object(metrics)  # type: ignore[assignment]
         is_best = bool(metrics) and track_best(self.state, metrics, self.config.train)
         if metrics and self.dist.is_main:
-            self._report_validation(model, metrics)
+            curve = self.out / "learning_curve.png"
+            report_validation(
+                self.metrics,
+                self.state,
+                metrics,
+                model,
+                self.valid,
+                curve=curve,
+                progress=self.progress,
+            )
         self._save(started, is_best=is_best, model=model)
         patience = self.config.train.patience
         if patience and self.state.bad_epochs >= patience:
@@ -338,35 +329,12 @@ class Trainer:
         signalled = self.dist.all_reduce_sum([float(signals.received is not None)])[0]
         return "signal" if signalled else ""
 
-    def _report_validation(self, model: Seq2Seq, metrics: dict[str, float]) -> None:
-        """The ``valid`` record, log line, progress line, coefficients and learning curve."""
-        self.metrics.write("valid", step=self.state.step, epoch=self.state.epoch, **metrics)
-        logger.info(
-            "epoch %d: %s", self.state.epoch, ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-        )
-        if self.progress:
-            tqdm.write(
-                f"epoch {self.state.epoch} | update {self.state.step} | "
-                + " | ".join(f"valid {k} {v:.2f}" for k, v in metrics.items())
-            )
-        snapshot = coefficient_record(model, self.valid, self.device)
-        if snapshot is not None:
-            self.metrics.write("coefficients", step=self.state.step, **snapshot)
-        plot_learning_curve(self.metrics.read(), self.out / "learning_curve.png", self.out.name)
-
     def _rescue(self, started: float, *, rewind: int = 0) -> None:
-        """Before an error ends training, checkpoint the last applied update unless it is saved
-        already, so that the same command resumes there; ``rewind``: the batches read since
-        (they are read again). One process only: with several, the others wait in a collective
-        that this rank has left, and the newest checkpoint stays the resume point."""
-        if self.dist.enabled or self.state.step in (0, self._saved_step):
-            return
-        path = self._save(started, is_best=False, rewind=rewind)
-        logger.warning(
-            "stopped by an error after update %d, saved in %s: the same command resumes there",
-            self.state.step,
-            path,
-        )
+        """``checkpoint_before_error``, the data position ``rewind`` batches back (read again);
+        one process only: other ranks would wait in a collective that this one has left."""
+        if not self.dist.enabled:
+            save = partial(self._save, started, is_best=False, rewind=rewind)
+            checkpoint_before_error(self.state, self._saved_step, save)
 
     def _save(
         self, started: float, *, is_best: bool, model: Seq2Seq | None = None, rewind: int = 0
@@ -389,18 +357,17 @@ class Trainer:
 
     def _finish(self, last: Path) -> TrainResult:
         """Check the ranks agree, then (rank 0) decode the test set and summarise."""
-        # Replicated (DDP) ranks must hold identical weights; sharded (FSDP) ones hold shards.
-        sharded = self.parallel.sharded
-        digests = [] if sharded else self.dist.all_gather_object(parameter_digest(self.model))
-        if len(set(digests)) > 1:
-            raise RuntimeError(f"ranks ended with different parameters: {digests}")
+        digests = self.parallel.replica_digests()
         model = self.parallel.evaluation_model(self.device)
         best = self.checkpoints.best()
         test: dict[str, float] = {}
         if self.dist.is_main and self.config.data.test:
             if best is not None:
                 model = Seq2Seq.from_pretrained(best).to(self.device)
-            test = self._test(model)
+            pairs = read_split(self.config.data, self.config.data.test)
+            test = self.evaluator.test(model, pairs, self.out / "test.hyp")
+            self.metrics.write("test", step=self.state.step, **test)
+            logger.info("test: %s", test)
         s = self.state
         result = TrainResult(
             self.out, s.step, s.epoch, s.elapsed_seconds, s.best_metric, best, last, {}, test
@@ -411,17 +378,9 @@ class Trainer:
                 parameters=model.num_parameters(),
                 world_size=self.dist.world_size,
                 parallel=self.config.train.parallel if self.dist.enabled else "none",
-                digests=[str(d) for d in digests],
+                digests=digests,
             )
         return result
-
-    def _test(self, model: Seq2Seq) -> dict[str, float]:
-        """Decode the test split into ``test.hyp`` and score it (logged and recorded)."""
-        pairs = read_split(self.config.data, self.config.data.test)
-        test = self.evaluator.test(model, pairs, self.out / "test.hyp")
-        self.metrics.write("test", step=self.state.step, **test)
-        logger.info("test: %s", test)
-        return test
 
 
 def train(config: TrainConfig, *, progress: bool | None = None) -> TrainResult:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from odet.data import DataError, ParallelDataset, TextPairs, TokenBudgetBatcher, TokenizerPair
 from odet.evaluation.files import read_all_lines
@@ -22,6 +23,7 @@ from odet.models.probes import coefficient_snapshot, has_learned_coefficients
 from odet.training.checkpoint import TrainerState
 from odet.training.config import DataConfig, LoopConfig, TrainConfig
 from odet.training.loss import label_smoothed_loss
+from odet.training.metrics import MetricsLog, plot_learning_curve
 from odet.training.prepare import ValidationSet
 from odet.training.step import ForwardPrecision
 
@@ -178,3 +180,29 @@ def coefficient_record(
     batch = dataset.batch(list(range(min(64, len(dataset))))).to(device)
     snapshot = coefficient_snapshot(model, batch.src, batch.tgt_in)
     return snapshot if any(row for rows in snapshot.values() for row in rows) else None
+
+
+def report_validation(
+    log: MetricsLog,
+    state: TrainerState,
+    metrics: dict[str, float],
+    model: Seq2Seq,
+    valid: ValidationSet | None,
+    *,
+    curve: Path,
+    progress: bool,
+) -> None:
+    """The ``valid`` record of ``state``'s update, its log and progress lines, the blocks'
+    coefficients and the learning curve (``curve``)."""
+    log.write("valid", step=state.step, epoch=state.epoch, **metrics)
+    logger.info("epoch %d: %s", state.epoch, ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+    if progress:
+        tqdm.write(
+            f"epoch {state.epoch} | update {state.step} | "
+            + " | ".join(f"valid {k} {v:.2f}" for k, v in metrics.items())
+        )
+    device = next(model.parameters()).device
+    snapshot = coefficient_record(model, valid, device)
+    if snapshot is not None:
+        log.write("coefficients", step=state.step, **snapshot)
+    plot_learning_curve(log.read(), curve, curve.parent.name)
