@@ -17,6 +17,7 @@ from odet.training.run_dir import (
     MARKER_NAME,
     check_output_dir,
     config_changes,
+    has_saved_updates,
     is_resume_safe,
 )
 from tests.training.conftest import tiny_config, write_config
@@ -98,6 +99,39 @@ def test_safe_changes_resume_are_logged_and_saved(
     assert "resumed from step_0000002" in log
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["train"]["max_updates"] == 3 and saved["train"]["log_every"] == 2
+
+
+def test_a_run_that_saved_no_update_restarts_with_any_config(
+    copy_data: Path, tmp_path: Path, capsys
+) -> None:
+    """A run that failed before its first checkpoint (here: a vocabulary its text cannot
+    support) refused the corrected config as 'a run trained with a different config'."""
+    run = tmp_path / "run"
+    too_big = tiny_config(copy_data, run, train={"max_updates": 2})
+    too_big["data"]["vocab_size"] = 5000
+    assert main(["train", str(write_config(tmp_path / "big.yaml", too_big))]) == 2
+    assert "vocab_size=5000 is more than these texts support" in capsys.readouterr().err
+    assert (run / MARKER_NAME).is_file() and not has_saved_updates(run)
+    assert _rerun(copy_data, run, tmp_path, train={"max_updates": 2}) == 0
+    log = (run / "train.log").read_text()
+    assert "no update had been saved: started afresh with the new config (data.vocab_size" in log
+    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["vocab_size"] == 60
+    assert has_saved_updates(run)
+
+
+def test_a_restart_before_any_update_keeps_the_tokenizer_unless_the_data_changed(
+    copy_data: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    config = tiny_config(copy_data, run, train={"max_updates": 2})
+    train(TrainConfig.from_dict(config))
+    shutil.rmtree(run / "checkpoints")  # as if killed before its first checkpoint
+    (run / "summary.json").unlink()
+    tokenizer = (run / "tokenizer" / "tokenizer.model").stat().st_mtime_ns
+    assert _rerun(copy_data, run, tmp_path, model={"d_model": 64}, train={"max_updates": 1}) == 0
+    assert (run / "tokenizer" / "tokenizer.model").stat().st_mtime_ns == tokenizer
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("step", 0) for r in records) == 1  # the old run's records are gone
 
 
 def test_model_keys_spelled_out_at_their_defaults_are_no_change(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,10 +141,29 @@ def _task(config: dict[str, Any]) -> str:
     return "language-model" if config.get("task") == "lm" else "translation"
 
 
+UNTRAINED_OUTPUTS = (
+    "checkpoints",
+    "metrics.jsonl",
+    "learning_curve.png",
+    "summary.json",
+    "test.hyp",
+)
+"""What a run writes before its first checkpoint, removed when it restarts with a new config
+(and ``tokenizer/`` too when a ``data.*`` key changed: the tokenizer depends on those only)."""
+
+
+def has_saved_updates(out: Path) -> bool:
+    """Whether run ``out`` holds a checkpoint (``step_*``; an interrupted write's temporary
+    ``.step_*`` is not one): what a change of config on resume could spoil."""
+    root = out / "checkpoints"
+    return root.is_dir() and any(p.name.startswith("step_") for p in root.iterdir())
+
+
 def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Refuse an ``output_dir`` that is a non-empty folder other than an odet run, or a run
-    whose saved config differs from ``config`` in keys ``is_resume_safe`` rejects; returns the
-    allowed changes. Nothing is written."""
+    with checkpoints whose saved config differs from ``config`` in keys ``is_resume_safe``
+    rejects; returns the changes (any, for a run that saved no update: it starts afresh, see
+    ``open_run_dir``). Nothing is written."""
     if not out.exists():
         return {}
     if not out.is_dir():
@@ -163,7 +183,7 @@ def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, 
         )
     changes = config_changes(saved, config) if saved is not None else {}
     refused = {k: v for k, v in changes.items() if not is_resume_safe(k)}
-    if refused:
+    if refused and has_saved_updates(out):
         listed = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in refused.items())
         raise DataError(
             f"output_dir {out} is a run trained with a different config; these keys cannot "
@@ -177,6 +197,15 @@ def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
     """Check ``out`` (``check_output_dir``), create and mark it, save the config, attach
     ``train.log`` and log the keys changed on resume; returns the log handler."""
     changes = check_output_dir(out, config.to_dict())
+    restart = any(not is_resume_safe(key) for key in changes)
+    if restart:  # no update was saved: what the old config wrote goes
+        retokenize = any(key.startswith("data.") for key in changes)
+        for name in UNTRAINED_OUTPUTS + (("tokenizer",) if retokenize else ()):
+            path = out / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     marker = out / MARKER_NAME
     if not marker.is_file():
@@ -184,6 +213,12 @@ def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
         write_bytes_atomic(marker, (json.dumps(info) + "\n").encode("utf-8"))
     write_bytes_atomic(out / "config.yaml", config.to_yaml().encode("utf-8"))
     handler = attach_log_file(out / "train.log")
+    if restart:
+        logger.info(
+            "no update had been saved: started afresh with the new config (%s changed)",
+            ", ".join(changes),
+        )
+        return handler
     for key, (old, new) in changes.items():
         logger.info("resumed with %s changed from %r to %r (config.yaml updated)", key, old, new)
     if "train.max_updates" in changes:
