@@ -110,3 +110,34 @@ def test_experiment_split_across_calls_reports_every_finished_run(copy_data, tmp
     capsys.readouterr()
     assert main(["experiment", str(path), "--no-progress", "--variants", "rk3"]) != 0
     assert "unknown variant(s) ['rk3']" in capsys.readouterr().err
+
+
+def test_a_run_that_fails_numerically_does_not_stop_the_others(copy_data, tmp_path, capsys, caplog):  # noqa: F811
+    """A diverged or failed-solve run ended the whole command: the runs after it never
+    started. They now train, and the command fails at the end naming the failed run."""
+    base = write_config(
+        tmp_path / "base.yaml",
+        tiny_config(copy_data, tmp_path / "unused", train={"max_updates": 2}),
+    )
+    failing = {"model.encoder_method": "adaptive", "model.continuous.max_steps": 1}
+    experiment = {
+        "base": str(base),
+        "output_dir": str(tmp_path / "exp"),
+        "seeds": [1],
+        "variants": {"node": failing, "euler": {}},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    assert main(["experiment", str(path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "run node/seed1 failed: the encoder's solve failed (max_steps)" in caplog.text
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "odet: error: 1 run(s) of the experiment failed (the others finished and are in its "
+            "report): node/seed1 (the encoder's solve failed"
+        )
+    )
+    rows = list(csv.DictReader((tmp_path / "exp" / "results.csv").open()))
+    assert [r["variant"] for r in rows] == ["euler"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import statistics
 import time
@@ -42,12 +43,15 @@ from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, t
 from odet.evaluation.files import read_all_lines
 from odet.inference import Translator, load_model_and_tokenizers
 from odet.io import check_output_dir, claim_output_dir
+from odet.ode import SolverError
 from odet.training import LMTrainConfig, load_any_config, load_train_config, train, train_lm
 from odet.training.average import average_checkpoints
 from odet.training.metrics import MetricsLog
 from odet.training.prepare import check_data_files
 from odet.training.run_dir import check_output_dir as check_run_dir
 from odet.training.run_dir import is_run_dir
+
+logger = logging.getLogger("odet.experiment")
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,10 @@ def run_experiment(
     ``variants``/``seeds`` restrict which runs this call trains (default: all), so one
     experiment can be split across processes or machines sharing ``output_dir``. The report
     always covers every finished run of the experiment, whoever trained it. A ``task: lm`` base
-    config returns :class:`odet.experiments.lm.LMRunResult` rows instead.
+    config returns :class:`odet.experiments.lm.LMRunResult` rows instead. A run that fails
+    numerically (it diverges, or its ODE solve fails: ``FloatingPointError``,
+    ``SolverError``) is a result, not a reason to skip the runs after it: they are trained,
+    and then one ``FloatingPointError`` names every failed run (rerunning resumes them).
     """
     chosen_variants = _select(variants, list(config.variants), "variant")
     chosen_seeds = _select(seeds, list(config.seeds), "seed")
@@ -174,13 +181,26 @@ def run_experiment(
     lm = is_lm_experiment(config)
     if lm:
         from odet.experiments.lm import lm_results, write_lm_report
+    failed: list[str] = []
     for seed in chosen_seeds:
         for variant in chosen_variants:
-            _train(config, variant, seed, progress)
+            try:
+                _train(config, variant, seed, progress)
+            except (FloatingPointError, SolverError) as err:
+                failed.append(f"{variant}/seed{seed} ({err})")
+                logger.error(
+                    "run %s/seed%d failed: %s; going on with the others", variant, seed, err
+                )
+                continue
             if lm:
                 write_lm_report(config, lm_results(config))
             else:
                 write_report(config, finished_results(config))
+    if failed:
+        raise FloatingPointError(
+            f"{len(failed)} run(s) of the experiment failed (the others finished and are in its "
+            f"report): {'; '.join(failed)}"
+        )
     return lm_results(config) if lm else finished_results(config)  # type: ignore[return-value]
 
 
