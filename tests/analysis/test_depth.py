@@ -209,7 +209,7 @@ def test_a_batch_shared_solver_solves_each_sentence_alone():
 @pytest.mark.parametrize("on_failure", ["raise", "flag"])
 def test_a_failed_solve_names_the_pairs(on_failure):
     model = _continuous_model(max_steps=1, on_failure=on_failure)
-    with pytest.raises(ValueError, match=r"solve failed on pair\(s\) \[1, 2\] \(0-based\)"):
+    with pytest.raises(FloatingPointError, match=r"solve failed on pair\(s\) \[1, 2\] \(0-based\)"):
         score_sentences(model, _pairs(5, 3, 3))  # the shorter sources come first
 
 

@@ -175,9 +175,11 @@ def _per_sentence_solves(model: Seq2Seq) -> bool:
     return model.config.encoder_method == CONTINUOUS and options.backend == "torchdiffeq"
 
 
-def _solve_failed(rows: np.ndarray, stats: SolveStats, why: str) -> ValueError:
+def _solve_failed(rows: np.ndarray, stats: SolveStats, why: str) -> FloatingPointError:
     failed = [int(rows[i]) for i in stats.failed]
-    return ValueError(f"the encoder's ODE solve failed on pair(s) {failed} (0-based): {why}")
+    return FloatingPointError(
+        f"the encoder's ODE solve failed on pair(s) {failed} (0-based): {why}"
+    )
 
 
 @torch.no_grad()
@@ -192,7 +194,8 @@ def score_sentences(
     """NFE ``(N,)`` of the encoder (``None`` for a discrete one) and mean target NLL ``(N,)``
     (:func:`sentence_losses`; the target ends with EOS) of every pair of ``dataset``, in its
     order, under ``model`` in eval mode; batched by :func:`length_batches`. ``progress``: a
-    bar in sentences, labelled ``desc``."""
+    bar in sentences, labelled ``desc``. A failed solve (raised or flagged) is a
+    ``FloatingPointError`` naming the pairs."""
     if len(dataset) == 0:
         raise ValueError("score_sentences got no pairs")
     if _per_sentence_solves(model):
