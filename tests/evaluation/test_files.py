@@ -160,6 +160,12 @@ def test_one_path_may_be_a_str_or_a_path_for_every_file_argument(files):
     assert gleu["score"] > 0
 
 
+def test_a_reference_file_given_twice_is_refused_not_counted_once(files):
+    """GLEU said '2 reference(s)' and scored against one: the repeat was silently dropped."""
+    with pytest.raises(DataError, match=r"--ref names .*ref.* more than once"):
+        evaluate_files("gleu", files["sys1"], [files["ref"]] * 2, source=files["base1"])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

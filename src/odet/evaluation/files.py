@@ -105,6 +105,12 @@ def evaluate_files(
         raise DataError("no hypothesis file given")
     if not refs:
         raise DataError("no reference file given")
+    twice = sorted({r for r in refs if refs.count(r) > 1})
+    if twice:
+        raise DataError(
+            f"--ref names {', '.join(twice)} more than once: each reference counts once, so "
+            "give every reference file once"
+        )
     if (len(hyp_paths) > 1 or baseline) and metric != "bleu":
         raise DataError("several --hyp files and --baseline are for --metric bleu only")
     if baseline is not None and len(baseline) != len(hyp_paths):
