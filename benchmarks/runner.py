@@ -43,6 +43,7 @@ from benchmarks.systems import (
     make_batch,
     parameters,
 )
+from odet.config import MAX_THREADS
 from odet.runtime import keep_freed_memory
 
 REFERENCE = ("hf-marian", "torch-transformer")
@@ -328,8 +329,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if any(b < 1 for b in args.beams):
         parser.error(f"--beams must be positive, got {args.beams}")
-    if args.threads is not None and args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        parser.error(f"--threads must lie in [1, {MAX_THREADS}], got {args.threads}")
     try:
         list(iter_names(TRAIN_SYSTEMS, args.train))
         list(iter_names(GEN_SYSTEMS, args.generate))
@@ -343,7 +344,32 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     elif not args.quick:
         args.out = args.out or here / "results.json"
         args.markdown = args.markdown or here / "RESULTS.md"
+    if (problem := output_problem(args.out, args.markdown)) is not None:
+        parser.error(problem)
     return args
+
+
+def output_problem(out: Path | None, markdown: Path | None) -> str | None:
+    """Why ``--out`` or ``--markdown`` would spoil a file the benchmarks did not write (checked
+    before anything is timed), else ``None``: ``--out`` is a ``.json`` file that is new or
+    holds benchmark results; ``--markdown`` a ``.md`` file, new or Markdown, whose generated
+    block is replaced (appended when it has none, the rest kept)."""
+    if out is not None:
+        if out.suffix != ".json":
+            return f"--out {out} must name a .json file"
+        if out.exists():
+            try:
+                data = json.loads(out.read_bytes())
+            except (OSError, ValueError):
+                data = None
+            if not (isinstance(data, dict) and isinstance(data.get("sizes"), dict)):
+                return f"--out {out} exists and holds no benchmark results; name a new file"
+    if markdown is not None:
+        if markdown.suffix != ".md":
+            return f"--markdown {markdown} must name a Markdown (.md) file"
+        if markdown.exists() and not markdown.is_file():
+            return f"--markdown {markdown} is not a file"
+    return None
 
 
 def main_lm(args: argparse.Namespace, argv: Sequence[str], allocator: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,37 @@ def test_markdown_update_keeps_the_hand_written_text_around_the_block() -> None:
     second = report.update_markdown(edited, results)
     assert second.count(report.BEGIN) == 1
     assert "new analysis" in second and second.endswith("footer\n")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--markdown", "{tmp}/notes.txt"], "--markdown .*notes.txt must name a Markdown"),
+        (["--markdown", "{tmp}"], "must name a Markdown"),
+        (["--out", "{tmp}/config.yaml"], "--out .*config.yaml must name a .json file"),
+        (["--out", "{tmp}/other.json"], "--out .*other.json exists and holds no benchmark results"),
+        (["--threads", "100000"], r"--threads must lie in \[1, 1024\]"),
+    ],
+)
+def test_outputs_that_would_spoil_another_file_are_refused_before_any_timing(
+    tmp_path: Path, capsys, flags: list[str], message: str
+) -> None:
+    """``--markdown /etc/passwd`` appended a results block to it; ``--out`` overwrote any
+    file; ``--threads 100000`` died of a MemoryError in torch's thread pool."""
+    (tmp_path / "other.json").write_text('{"name": "mine"}')
+    argv = ["--quick", *(f.format(tmp=tmp_path) for f in flags)]
+    with pytest.raises(SystemExit) as exit_info:
+        runner.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert (tmp_path / "other.json").read_text() == '{"name": "mine"}'
+
+
+def test_a_results_json_and_a_markdown_file_are_accepted_as_outputs(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text('{"environment": {}, "sizes": {}}')
+    (tmp_path / "notes.md").write_text("# my notes\n")
+    argv = ["--quick", "--out", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "notes.md")]
+    assert runner.parse_args(argv).out == tmp_path / "r.json"
 
 
 def test_runner_smoke_writes_json_with_ratios_flops_and_forced_lengths(tmp_path: Path) -> None:
