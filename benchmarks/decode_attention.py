@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from benchmarks import measure
+from benchmarks.outputs import check_markdown_out
 from odet.nn.attention import _attention
 
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/runs/decode_attention.md"))
     args = parser.parse_args(argv)
+    check_markdown_out(parser, args.out)
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     lines = [

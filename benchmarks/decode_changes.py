@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from benchmarks.outputs import check_markdown_out
 from benchmarks.systems import SIZES, gen_sources, odet_model
 from odet.generation import loop as generation_loop
 from odet.generation import make_strategy
@@ -161,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/runs/decode_changes.md"))
     args = parser.parse_args(argv)
+    check_markdown_out(parser, args.out)
     torch.set_num_threads(args.threads)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     command = shlex.join(sys.argv[1:] if argv is None else argv)

@@ -33,6 +33,7 @@ from torch import nn
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.outputs import check_markdown_out
 from benchmarks.systems import SIZES, BenchSize, gen_sources, odet_model
 from odet.generation import loop as generation_loop
 from odet.generation import strategies
@@ -425,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/runs/profile_decode.md"))
     args = parser.parse_args(argv)
+    check_markdown_out(parser, args.out)
     if args.beam < 1 or args.threads < 1 or args.repeats < 1:
         parser.error("--beam, --threads and --repeats must be positive")
     if args.keep_freed_memory and not keep_freed_memory():

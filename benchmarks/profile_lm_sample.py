@@ -35,6 +35,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.lm import LM_SIZES, LMSize, hf_gpt2, odet_lm, sample_task
+from benchmarks.outputs import check_markdown_out
 from benchmarks.profile_decode import MATMUL_OPS, scope_hooks
 from odet.nn.attention import SelfAttention
 from odet.nn.feedforward import FeedForward
@@ -237,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="unprofiled timed calls")
     parser.add_argument("--out", default="benchmarks/runs/lm_sample_profile.md")
     args = parser.parse_args(argv)
+    check_markdown_out(parser, args.out)
     torch.set_num_threads(args.threads)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     lines = [

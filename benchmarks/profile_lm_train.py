@@ -46,6 +46,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from benchmarks import measure
 from benchmarks.lm import LM_SIZES, LMSize, hf_gpt2, logits_of, odet_lm, train_batch, train_task
+from benchmarks.outputs import check_markdown_out
 from benchmarks.profile_decode import MATMUL_OPS, scope_hooks
 from benchmarks.profile_lm_sample import PREFIX, scopes
 
@@ -538,6 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="benchmarks/runs/lm_train_profile.md")
     args = parser.parse_args(argv)
+    check_markdown_out(parser, args.out)
     torch.set_num_threads(args.threads)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     lines = [

@@ -271,3 +271,28 @@ def test_keep_freed_memory_runs_every_system_under_odets_allocator_setting(
     assert refused.stderr.strip().splitlines()[-1:] == [
         "--keep-freed-memory: not available on this system"
     ]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "decode_attention",
+        "decode_changes",
+        "profile_decode",
+        "profile_lm_sample",
+        "profile_lm_train",
+    ],
+)
+def test_a_benchmark_script_refuses_an_out_that_is_not_a_markdown_file(
+    script: str, tmp_path: Path, capsys
+) -> None:
+    """Each wrote its report over whatever ``--out`` named, after minutes of timing."""
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.{script}")
+    (tmp_path / "config.yaml").write_text("mine: 1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--out", str(tmp_path / "config.yaml")])
+    assert exit_info.value.code == 2
+    assert "must name a Markdown (.md) file" in capsys.readouterr().err
+    assert (tmp_path / "config.yaml").read_text() == "mine: 1\n"
