@@ -387,8 +387,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     sentences = 64 if args.sentences is None else args.sentences
     report = analyze_runs(args.runs, args.out, sentences=sentences)
     for name, entry in report.items():
-        sizes = ", ".join(f"{v:.2f}" for v in entry["update_sizes"].get("encoder", []))
-        print(f"{name}: encoder block update sizes {sizes}")
+        if "encoder" in entry["update_sizes"]:
+            sizes = ", ".join(f"{v:.2f}" for v in entry["update_sizes"]["encoder"])
+            print(f"{name}: encoder block update sizes {sizes}")
+        else:
+            print(f"{name}: {entry['encoder_method']} encoder, no blocks to measure")
         for stack, rows in entry["gates"].items():
             gates = [
                 f"block {i + 1}: mean {g['mean']:.3f}, saturated {g['saturated']:.0%}"

@@ -1483,6 +1483,18 @@ CASES: list[Case] = [
     ),
     Case(
         "analyze",
+        "one run twice (was one entry of analysis.json)",
+        lambda e: ["analyze", str(e.run), f"{e.run}/", "--out", str(e.tmp / "an")],
+        r"are the same checkpoint .*; give it once",
+    ),
+    Case(
+        "analyze",
+        "a coefficients record of another layout in metrics.jsonl",
+        lambda e: ["analyze", _foreign_coefficients(e), "--out", str(e.tmp / "an")],
+        r"metrics\.jsonl: the coefficients record of step 5 does not fit the model",
+    ),
+    Case(
+        "analyze",
         "--sentences 0",
         lambda e: ["analyze", str(e.run), "--out", str(e.tmp / "an"), "--sentences", "0"],
         r"--sentences.*>= 1",
@@ -2069,6 +2081,14 @@ def _truncated_in_run(e: Env, which: str = "last") -> str:
     index = json.loads((run / "checkpoints" / "index.json").read_text())
     weights = run / "checkpoints" / (index.get(which) or index["last"]) / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
+    return str(run)
+
+
+def _foreign_coefficients(e: Env) -> str:
+    """A copy of the run whose metrics log ends with a coefficients record of no block."""
+    run = Path(_run_copy(e))
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"event": "coefficients", "step": 5, "encoder": []}) + "\n")
     return str(run)
 
 

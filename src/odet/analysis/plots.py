@@ -22,15 +22,19 @@ def plot_update_sizes(report: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for name, entry in report.items():
         for ax, stack in zip(axes, ("encoder", "decoder")):
-            sizes = entry["update_sizes"][stack]
-            label = f"{name} ({entry[f'{stack}_method']})"
-            ax.plot(range(1, len(sizes) + 1), sizes, "o-", label=label)
+            sizes = entry["update_sizes"].get(stack)  # none for a continuous stack: no blocks
+            if sizes is not None:
+                label = f"{name} ({entry[f'{stack}_method']})"
+                ax.plot(range(1, len(sizes) + 1), sizes, "o-", label=label)
     for ax, stack in zip(axes, ("encoder", "decoder")):
         ylabel = r"$\|y_{l+1} - y_l\| \,/\, \|y_l\|$"
         ax.set(xlabel=f"{stack} block", ylabel=ylabel, title=stack)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "continuous: no blocks", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -49,7 +53,7 @@ def plot_coefficients(report: dict[str, Any], path: Path) -> None:
     for name, entry in report.items():
         history = entry["coefficient_history"]
         for stack in ("encoder", "decoder"):
-            blocks = [r[stack] for r in history]
+            blocks = [r[stack] for r in history if stack in r]
             steps = [r["step"] for r in history]
             for b in range(len(blocks[0]) if blocks else 0):
                 series = [row[b][0] for row in blocks if row[b]]
