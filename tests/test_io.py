@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from odet.data import Tokenizer
-from odet.io import atomic_write, write_bytes_atomic
+from odet.io import OutputPathError, atomic_write, check_output_dir, write_bytes_atomic
 from odet.models import Seq2Seq, Seq2SeqConfig
 
 
@@ -89,3 +89,26 @@ def test_models_and_tokenizers_write_through_the_one_helper(
         tmp_path / "tok.model"
     )
     assert written == ["model.safetensors", "config.json", "tok.model"]
+
+
+@pytest.mark.parametrize(
+    ("inside", "owner"),
+    [
+        ("checkpoints/step_0000009", r"checkpoints/ of the training run"),
+        ("checkpoints/step_0000003/out", r"the model checkpoint"),
+        ("tokenizer/out", r"tokenizer/ of the training run"),
+    ],
+)
+def test_an_output_directory_inside_a_run_s_checkpoints_or_tokenizer_is_refused(
+    tmp_path: Path, inside: str, owner: str
+) -> None:
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoints" / "step_0000003"
+    checkpoint.mkdir(parents=True)
+    (run / "tokenizer").mkdir()
+    (run / ".odet-run").write_text("{}")
+    (checkpoint / "checksums.json").write_text("{}")
+    with pytest.raises(OutputPathError, match=rf"--out .* would write into {owner}"):
+        check_output_dir(run / inside, "--out")
+    assert not (run / inside).exists()
+    assert check_output_dir(run / "analysis", "--out") == run / "analysis"

@@ -122,10 +122,16 @@ def check_output_file(path: PathLike, flag: str, inputs: tuple[PathLike, ...] = 
     for source in inputs:
         if Path(source).exists() and path.resolve() == Path(source).resolve():
             raise OutputPathError(f"{flag} {path} is an input file; refusing to overwrite it")
-    owner = _odet_owned(path)
+    check_not_odet_owned(path, flag)
+    return path
+
+
+def check_not_odet_owned(path: PathLike, flag: str) -> None:
+    """Refuse an output ``path`` (file or directory) whose writing would change odet's own files:
+    a model checkpoint, a run's ``checkpoints/`` or ``tokenizer/``, a run's bookkeeping."""
+    owner = _odet_owned(Path(path))
     if owner is not None:
         raise OutputPathError(f"{flag} {path} would {owner}; refusing (give a path outside it)")
-    return path
 
 
 def check_output_dir(
@@ -134,7 +140,8 @@ def check_output_dir(
     *,
     owned: Callable[[Path], bool] | None = None,
 ) -> Path:
-    """Refuse an output directory that is a file, lies under a file, or exists with content
+    """Refuse an output directory that is a file, lies under a file, lies in a model checkpoint
+    or a run's ``checkpoints/`` or ``tokenizer/`` (``_odet_owned``), or exists with content
     odet did not write (no ``OUTPUT_MARKER``, and not ``owned(path)``, the layout odet wrote
     before the marker). Nothing is written."""
     path = Path(path)
@@ -145,6 +152,7 @@ def check_output_dir(
         raise OutputPathError(
             f"{flag} {path} cannot be created: {blocking} is a file, not a directory"
         )
+    check_not_odet_owned(path, flag)
     if not path.is_dir() or not any(path.iterdir()):
         return path
     if (path / OUTPUT_MARKER).is_file() or (owned is not None and owned(path)):

@@ -953,6 +953,38 @@ CASES: list[Case] = [
         r"--metric.*ter.*bleu",
     ),
     # ------------------------------------------------------------------ average
+    *[
+        Case(
+            command,
+            f"--out inside the run's {where}",
+            lambda e, argv=argv, inside=inside: [*argv(e), "--out", inside(Path(_run_copy(e)))],
+            rf"--out .* would write into {owner} .*; refusing",
+            ("runcopy",),
+        )
+        for command, argv in [
+            ("average", lambda e: ["average", str(e.run), "--last", "1"]),
+            ("analyze", lambda e: ["analyze", str(e.run)]),
+            ("prepare", lambda e: ["prepare", "gec", e.text("c", 5)]),
+            ("demo", lambda e: ["demo", "--epochs", "1"]),
+        ]
+        for where, inside, owner in [
+            (
+                "checkpoints/",
+                lambda run: str(run / "checkpoints" / "step_0000099"),
+                "checkpoints/ of the training run",
+            ),
+            (
+                "best checkpoint",
+                lambda run: str(_best_checkpoint(run) / "out"),
+                "the model checkpoint",
+            ),
+            (
+                "tokenizer/",
+                lambda run: str(run / "tokenizer" / "out"),
+                "tokenizer/ of the training run",
+            ),
+        ]
+    ],
     Case(
         "average",
         "into a kept checkpoint",
@@ -964,7 +996,7 @@ CASES: list[Case] = [
             "--out",
             str(checkpoint_of(e.tmp / "runcopy").parent / "step_0000002"),
         ],
-        r"exists and is not empty",
+        r"would write into checkpoints/ of the training run",
         ("runcopy",),
     ),
     Case(

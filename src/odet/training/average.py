@@ -10,13 +10,16 @@ import yaml
 from odet.config import parse_yaml
 from odet.data import TokenizerPair
 from odet.inference.checkpoint import usable_index
+from odet.io import check_not_odet_owned
 from odet.models import CheckpointError, Seq2Seq
 from odet.training.checkpoint import CONFIG_NAME, INDEX_NAME, verify_checkpoint
 
 
 def check_average_out(out: Path) -> None:
     """Refuse an ``--out`` that exists and is not an empty directory (a checkpoint, a run, any
-    file or folder of the user's): averaging never overwrites."""
+    file or folder of the user's), or lies in a checkpoint or a run's ``checkpoints/`` or
+    ``tokenizer/``: averaging never overwrites."""
+    check_not_odet_owned(out, "--out")
     if not out.exists():
         for parent in out.parents:
             if parent.exists() and not parent.is_dir():
