@@ -1675,6 +1675,29 @@ CASES: list[Case] = [
     ),
     Case(
         "prepare",
+        "gec --out of the user's with a report.json (was taken for odet's and overwritten)",
+        lambda e: [
+            "prepare",
+            "gec",
+            e.text("c", 5),
+            "--out",
+            e.dir("theirs", "train.src", "report.json"),
+        ],
+        r"theirs exists, is not empty and was not written by odet",
+    ),
+    Case(
+        "parity",
+        "--out of the user's with a runs/ (was taken for odet's and overwritten)",
+        lambda e: [
+            "parity",
+            e.parity(),
+            "--out",
+            e.dir("proj/runs", "notes.txt") and e.dir("proj", "results.md"),
+        ],
+        r"proj exists, is not empty and was not written by odet",
+    ),
+    Case(
+        "prepare",
         "gec --out of the user's",
         lambda e: ["prepare", "gec", e.text("c"), "--out", e.dir("theirs", "train.src")],
         r"theirs",

@@ -162,3 +162,14 @@ def test_unknown_seeds_and_variants_are_rejected_before_training(tmp_path):
     assert not (tmp_path / "runs").exists()
     with pytest.raises(ConfigError, match="seeds must be distinct"):
         ParityExperimentConfig.from_dict({**TINY, "seeds": [1, 1]})
+
+
+def test_only_a_runs_directory_of_saved_parity_runs_counts_as_odet_s_output(tmp_path):
+    from odet.experiments.parity import _has_parity_runs
+
+    (tmp_path / "proj" / "runs").mkdir(parents=True)
+    assert not _has_parity_runs(tmp_path / "proj")
+    saved = tmp_path / "old" / "runs" / "euler" / "seed0.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text('{"key": "0123", "result": {}}')
+    assert _has_parity_runs(tmp_path / "old")

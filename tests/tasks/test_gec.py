@@ -11,6 +11,7 @@ import pytest
 
 from odet.data import DataError, read_parallel_text
 from odet.data.gec_noise import NoiseConfig
+from odet.io import OUTPUT_MARKER
 from odet.tasks.gec import (
     build_gec_data,
     clean_sentences,
@@ -271,3 +272,18 @@ def test_jfleg_m2_converts_to_the_dev_sources(shared_data: Path, tmp_path: Path)
     expected = [" ".join(line.split()) for line in (jfleg / "dev.src").read_text().splitlines()]
     assert (report.sentences, report.pairs) == (754, 754)
     assert sources == expected
+
+
+def test_build_gec_data_rewrites_its_own_output_of_before_the_marker_only(tmp_path):
+    clean = tmp_path / "clean.txt"
+    clean.write_text("The cat sat on the mat today .\nA dog ran in the park now .\n")
+    build_gec_data([clean], tmp_path / "gec")
+    (tmp_path / "gec" / OUTPUT_MARKER).unlink()
+    build_gec_data([clean], tmp_path / "gec")  # the layout odet wrote before the marker
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "report.json").write_text('{"mine": 1}')
+    (theirs / "train.src").write_text("precious\n")
+    with pytest.raises(ValueError, match=r"theirs exists, is not empty and was not written"):
+        build_gec_data([clean], theirs)
+    assert (theirs / "train.src").read_text() == "precious\n"

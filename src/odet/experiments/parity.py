@@ -371,7 +371,7 @@ def run_parity(
     for seed in seeds or ():
         check(seed in config.run_seeds, f"seed {seed} is not among the config's seeds "
               f"{list(config.run_seeds)}")  # fmt: skip
-    out = check_output_dir(out_dir, "--out", owned=lambda p: (p / "runs").is_dir())
+    out = check_output_dir(out_dir, "--out", owned=_has_parity_runs)
     for variant in config.variants:  # every variant's model config checks before training
         check_model_fits(config.classifier_config(variant))
     chosen = [v.name for v in config.variants if variants is None or v.name in variants]
@@ -421,6 +421,19 @@ def run_key(config: ParityExperimentConfig, variant: VariantConfig, seed: int) -
         "seed": seed,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _has_parity_runs(out: Path) -> bool:
+    """Whether ``out/runs/`` holds a saved parity run (the layout written before the output
+    marker), not merely a directory named ``runs``."""
+    for path in out.glob("runs/*/seed*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and {"key", "result"} <= data.keys():
+            return True
+    return False
 
 
 def _run_path(out: Path, name: str, seed: int) -> Path:

@@ -259,7 +259,7 @@ def build_gec_data(
     words = tuple(vocabulary)
     if substitute > 0 and not words:
         raise ValueError("substitute > 0 needs a vocabulary to draw the substitutes from")
-    out = check_output_dir(out_dir, "--out", owned=lambda p: (p / "report.json").is_file())
+    out = check_output_dir(out_dir, "--out", owned=_has_gec_report)
     inputs, tokenized = [], []
     for path in clean_files:
         sentences, report = clean_sentences(path, seed=seed, dialogue_turns=dialogue_turns)
@@ -331,6 +331,17 @@ def build_gec_data(
     )
     (out / "report.json").write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def _has_gec_report(out: Path) -> bool:
+    """Whether ``out`` holds the ``report.json`` of `build_gec_data` (the layout written before
+    the output marker), not any file of that name."""
+    try:
+        report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    keys = {"source_file", "target_file", "inputs", "copies", "pairs", "noise"}
+    return isinstance(report, dict) and keys <= report.keys()
 
 
 def substitute_words(
