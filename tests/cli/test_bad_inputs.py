@@ -1685,6 +1685,32 @@ CASES: list[Case] = [
         ],
         r"theirs exists, is not empty and was not written by odet",
     ),
+    *[
+        Case(
+            "parity",
+            f"test sequences longer than the model's positions ({why})",
+            lambda e, keys=keys: ["parity", e.parity(**keys), "--out", str(e.tmp / "pp")],
+            r"model\.max_positions=\d+ is below task\.test_max_length=\d+",
+        )
+        for why, keys in [
+            (
+                "failed after training",
+                {"model": {"d_model": 16, "num_heads": 2, "ffn_dim": 16, "max_positions": 5}},
+            ),
+            (
+                "2**40: hung drawing the test set",
+                {
+                    "task": {
+                        "train_size": 16,
+                        "val_size": 8,
+                        "test_per_length": 2,
+                        "max_length": 4,
+                        "test_max_length": 2**40,
+                    }
+                },
+            ),
+        ]
+    ],
     Case(
         "parity",
         "--out of the user's with a runs/ (was taken for odet's and overwritten)",

@@ -173,3 +173,15 @@ def test_only_a_runs_directory_of_saved_parity_runs_counts_as_odet_s_output(tmp_
     saved.parent.mkdir(parents=True)
     saved.write_text('{"key": "0123", "result": {}}')
     assert _has_parity_runs(tmp_path / "old")
+
+
+def test_python_m_parity_reports_a_bad_config_in_one_line_exit_2(tmp_path, capsys):
+    config = tmp_path / "p.yaml"
+    config.write_text("seed: 0\nvariants: []\n")
+    assert main([str(config), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == "odet: error: ParityExperimentConfig: missing required key(s) ['task', 'training']\n"
+    )
+    assert main([str(tmp_path / "none.yaml"), "--out", str(tmp_path / "out")]) == 2
+    assert "Traceback" not in capsys.readouterr().err

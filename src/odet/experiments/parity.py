@@ -31,6 +31,7 @@ import hashlib
 import json
 import math
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,6 +158,11 @@ class ParityExperimentConfig:
         for variant in self.variants:
             self.training_config(variant)  # validates the merged keys
             config = self.classifier_config(variant)
+            check(
+                config.max_positions >= self.task.test_max_length,
+                f"variant {variant.name!r}: model.max_positions={config.max_positions} is below "
+                f"task.test_max_length={self.task.test_max_length}, the longest test sequence",
+            )
             check(
                 variant.arclength_weight == 0
                 or (config.encoder_method == CONTINUOUS and config.continuous.arclength),
@@ -847,7 +853,9 @@ def _plot(results: ParityResults, summaries: Sequence[VariantSummary]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m odet.experiments.parity CONFIG --out DIR [--seeds S ...] [--quiet]``."""
+    """``python -m odet.experiments.parity CONFIG --out DIR [--seeds S ...] [--quiet]``; a user
+    error (a bad config, a refused output) is one ``odet: error:`` line and exit status 2, as
+    with ``odet parity``."""
     parser = argparse.ArgumentParser(prog="odet parity", description=__doc__.splitlines()[0])
     parser.add_argument("config", help="YAML experiment config, e.g. configs/parity/quick.yaml")
     parser.add_argument("--out", required=True, help="directory for the tables and plots")
@@ -863,10 +871,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trained now to DIR/<variant>/seed<k>.jsonl",
     )
     args = parser.parse_args(argv)
-    results = run_parity(
-        args.config, args.out, progress=not args.quiet, seeds=args.seeds,
-        variants=args.variants, trace_dir=args.trace,
-    )  # fmt: skip
+    try:
+        results = run_parity(
+            args.config, args.out, progress=not args.quiet, seeds=args.seeds,
+            variants=args.variants, trace_dir=args.trace,
+        )  # fmt: skip
+    except (ValueError, OSError) as err:  # ConfigError, DataError, an output refused
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        where = f": {err.filename}" if isinstance(err, OSError) and err.filename else ""
+        print(f"odet: error: {reason.strip().splitlines()[0]}{where}", file=sys.stderr)
+        return 2
     print((results.out_dir / "results.md").read_text(encoding="utf-8"))
     return 0
 
