@@ -856,6 +856,12 @@ CASES: list[Case] = [
     ],
     Case(
         "sample",
+        "--max-new-tokens 2**63 - 1 (overflowed the sample's length: internal error)",
+        lambda e: ["sample", str(e.lm), "--prompt", "to", "--max-new-tokens", str(2**63 - 1)],
+        r"max_new_tokens=9223372036854775807 with a prompt of 2 tokens exceeds",
+    ),
+    Case(
+        "sample",
         "prompt outside the vocabulary",
         lambda e: ["sample", str(e.lm), "--prompt", "☃ZQ", "--max-new-tokens", "2"],
         r"outside the model's 30-character vocabulary: 'Q', 'Z', '☃'",

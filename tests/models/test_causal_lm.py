@@ -258,6 +258,12 @@ def test_flags_and_counts_of_the_wrong_type_are_refused_not_taken_as_truthy():
         model.generate(tokens(), True)
 
 
+def test_max_new_tokens_beyond_a_64_bit_length_is_a_value_error_not_a_type_error():
+    prompt = tokens()
+    with pytest.raises(ValueError, match=r"max_new_tokens=\d+ with a prompt of \d+ tokens exceeds"):
+        CausalLM(small()).generate(prompt, 2**63 - prompt.shape[-1])
+
+
 def test_a_prompt_is_checked_whole_though_only_its_last_block_size_tokens_are_read():
     model = CausalLM(small())
     prompt = torch.cat([torch.full((3, 4), -1), tokens(length=10)], dim=1)

@@ -32,7 +32,7 @@ from odet.blocks import (
     coefficient_problem,
     history_problem,
 )
-from odet.config import check, check_types, from_dict, suggest, to_dict
+from odet.config import INT_MAX, check, check_types, from_dict, suggest, to_dict
 from odet.generation import Sampling
 from odet.generation.strategies import check_flag, check_generator_seed
 from odet.models.config import check_layers
@@ -379,6 +379,11 @@ class CausalLM(nn.Module):
         if compile and self.config.positions == "relative":
             raise ValueError("generate(compile=True) does not support relative positions yet")
         self._check_tokens(prompt_ids, 0, crop=True)
+        if prompt_ids.shape[-1] + max_new_tokens > INT_MAX:
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} with a prompt of {prompt_ids.shape[-1]} tokens "
+                f"exceeds the longest sequence a tensor can hold ({INT_MAX} tokens)"
+            )
         generator = None
         if seed is not None:
             generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)
