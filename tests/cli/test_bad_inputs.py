@@ -1259,6 +1259,7 @@ CASES: list[Case] = [
         )
         for where, key, keys, argv in [
             ("experiment.variants.euler", "seed", {"variants": {"euler": {"seed": 5}}}, []),
+            ("experiment.variants.euler", " seed", {"variants": {"euler": {" seed": 5}}}, []),
             (
                 "experiment.variants.euler",
                 "output_dir",

@@ -133,7 +133,7 @@ PER_RUN_KEYS = ("seed", "output_dir")
 def _check_not_per_run(key: str, where: str) -> None:
     """Refuse an override of a key the experiment sets per run: it would be silently lost."""
     check(
-        key not in PER_RUN_KEYS,
+        key.strip() not in PER_RUN_KEYS,
         f"{where} sets {key!r}, which the experiment sets for every run (its seeds and "
         "output_dir/<variant>/seed<k>); use experiment.seeds or experiment.output_dir",
     )
