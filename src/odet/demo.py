@@ -9,9 +9,11 @@ beam search, scores it, and prints and saves a comparison (table + plot).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+from odet.data import DataError
 from odet.data.synthetic import SyntheticTask
 from odet.io import check_output_dir, claim_output_dir
 from odet.training import TrainConfig, train
@@ -65,18 +67,44 @@ def exact_match(hyp_file: Path, ref_file: Path) -> float:
     return 100.0 * sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / max(len(refs), 1)
 
 
+TASK_FILE = "TASK"
+"""In ``--out/data``: the synthetic task the demo's runs were trained on."""
+
+
+def _demo_task(out: Path) -> str | None:
+    """The task of an earlier demo in ``out``: its ``data/TASK``, or the title of its
+    ``results.md`` (written before ``TASK`` was); ``None`` for a new one."""
+    task_file = out / "data" / TASK_FILE
+    if task_file.is_file():
+        return task_file.read_text(encoding="utf-8").strip()
+    results = out / "results.md"
+    if results.is_file():
+        found = re.search(r"synthetic task `([^`]+)`", results.read_text(encoding="utf-8"))
+        return found.group(1) if found else None
+    return None
+
+
 def run_demo(
     out: str | Path, *, task: str = "translate", epochs: int = 10, progress: bool = True
 ) -> dict[str, dict[str, float]]:
     """Train and compare the demo variants; returns ``{variant: {metric: value}}``."""
-    out = check_output_dir(out, "--out", owned=lambda p: any(is_run_dir(p / v) for v in VARIANTS))
+    out = check_output_dir(
+        out, "--out", owned=lambda p: any(is_run_dir(p / v) for v in VARIANTS), command="demo"
+    )
     if epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {epochs}")
-    claim_output_dir(out, "demo")
     data_dir = out / "data"
+    earlier = _demo_task(out)
+    if earlier is not None and earlier != task:
+        raise DataError(
+            f"--out {out} holds the demo of task {earlier!r}, whose finished runs would be "
+            f"reported as task {task!r}; choose a new --out (nothing was written)"
+        )
+    claim_output_dir(out, "demo")
     SyntheticTask(task, vocab_words=24, min_length=3, max_length=12, seed=0).write(
         data_dir, {"train": 6000, "valid": 300, "test": 300}
     )
+    (data_dir / TASK_FILE).write_text(task + "\n", encoding="utf-8")
     print(f"odet demo: synthetic task {task!r} written to {data_dir}")
     results: dict[str, dict[str, float]] = {}
     for name, model in VARIANTS.items():

@@ -139,11 +139,13 @@ def check_output_dir(
     flag: str,
     *,
     owned: Callable[[Path], bool] | None = None,
+    command: str | None = None,
 ) -> Path:
     """Refuse an output directory that is a file, lies under a file, lies in a model checkpoint
-    or a run's ``checkpoints/`` or ``tokenizer/`` (``_odet_owned``), or exists with content
+    or a run's ``checkpoints/`` or ``tokenizer/`` (``_odet_owned``), exists with content
     odet did not write (no ``OUTPUT_MARKER``, and not ``owned(path)``, the layout odet wrote
-    before the marker). Nothing is written."""
+    before the marker), or holds the output of another odet ``command`` than the one given
+    (both would write e.g. ``results.md``). Nothing is written."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutputPathError(f"{flag} {path} exists and is not a directory; choose a new one")
@@ -155,12 +157,33 @@ def check_output_dir(
     check_not_odet_owned(path, flag)
     if not path.is_dir() or not any(path.iterdir()):
         return path
-    if (path / OUTPUT_MARKER).is_file() or (owned is not None and owned(path)):
+    marker = path / OUTPUT_MARKER
+    if marker.is_file():
+        other = _marker_command(marker)
+        if command is not None and other is not None and other != command:
+            raise OutputPathError(
+                f"{flag} {path} holds the output of odet {other}, not of odet {command}; choose "
+                "a new directory (nothing was written)"
+            )
+        return path
+    if owned is not None and owned(path):
         return path
     raise OutputPathError(
         f"{flag} {path} exists, is not empty and was not written by odet (no {OUTPUT_MARKER}); "
         "choose a new directory (nothing was written)"
     )
+
+
+def _marker_command(marker: Path) -> str | None:
+    """The command an ``OUTPUT_MARKER`` names (``None`` when it cannot be read)."""
+    import json
+
+    try:
+        info = json.loads(marker.read_bytes())
+    except (OSError, ValueError):
+        return None
+    command = info.get("command") if isinstance(info, dict) else None
+    return command if isinstance(command, str) else None
 
 
 def claim_output_dir(path: PathLike, command: str) -> Path:

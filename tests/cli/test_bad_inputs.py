@@ -1181,6 +1181,34 @@ CASES: list[Case] = [
         r"afile",
     ),
     Case("demo", "unknown task", lambda e: ["demo", "--task", "dance"], r"--task.*dance.*copy"),
+    Case(
+        "demo",
+        "--out holds the demo of another task (its finished runs were reported as this one)",
+        lambda e: (
+            [
+                "demo",
+                "--task",
+                "translate",
+                "--out",
+                str(Path(e.file("d/.odet-output", '{"command": "demo"}')).parent),
+                "--no-progress",
+            ]
+            if e.file("d/data/TASK", "copy\n")
+            else []
+        ),
+        r"holds the demo of task 'copy'.*as task 'translate'",
+    ),
+    Case(
+        "parity",
+        "--out holds another command's output (both write results.md, config.yaml)",
+        lambda e: [
+            "parity",
+            e.parity(),
+            "--out",
+            str(Path(e.file("x/.odet-output", '{"command": "experiment"}')).parent),
+        ],
+        r"holds the output of odet experiment, not of odet parity",
+    ),
     # ------------------------------------------------------------------ experiment
     Case(
         "experiment",

@@ -502,7 +502,7 @@ def analyze_depth(
     """``odet analyze RUN --depth-against REFERENCE --out OUT``: :func:`depth_vs_difficulty`
     written by :func:`write_depth_report`; ``out`` is checked first and written only once
     everything is computed (never a directory odet did not write)."""
-    out_dir = check_output_dir(out, "--out")
+    out_dir = check_output_dir(out, "--out", command="analyze")
     report = depth_vs_difficulty(
         run, reference, split=split, limit=limit, batch_tokens=batch_tokens, progress=progress
     )

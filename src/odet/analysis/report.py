@@ -103,7 +103,7 @@ def analyze_runs(
     ``coefficients.png`` to ``out``, and ``layer_weights.png`` when a run has a DLCL stack.
     Each run is labelled by :func:`run_labels`; a checkpoint given twice is refused."""
     _check_runs(runs, sentences)
-    out_dir = check_output_dir(out, "--out", owned=_has_analysis)
+    out_dir = check_output_dir(out, "--out", owned=_has_analysis, command="analyze")
     loaded: list[dict[str, Any]] = []
     seen: dict[Path, str | Path] = {}
     for run in runs:  # every run loads and is measured before anything is written

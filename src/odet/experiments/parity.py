@@ -377,7 +377,7 @@ def run_parity(
     for seed in seeds or ():
         check(seed in config.run_seeds, f"seed {seed} is not among the config's seeds "
               f"{list(config.run_seeds)}")  # fmt: skip
-    out = check_output_dir(out_dir, "--out", owned=_has_parity_runs)
+    out = check_output_dir(out_dir, "--out", owned=_has_parity_runs, command="parity")
     for variant in config.variants:  # every variant's model config checks before training
         check_model_fits(config.classifier_config(variant))
     chosen = [v.name for v in config.variants if variants is None or v.name in variants]

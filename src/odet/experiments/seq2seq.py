@@ -166,7 +166,9 @@ def run_experiment(
     """
     chosen_variants = _select(variants, list(config.variants), "variant")
     chosen_seeds = _select(seeds, list(config.seeds), "seed")
-    out = check_output_dir(config.output_dir, "experiment.output_dir", owned=_has_runs)
+    out = check_output_dir(
+        config.output_dir, "experiment.output_dir", owned=_has_runs, command="experiment"
+    )
     for variant in chosen_variants:  # validate every run's config and data before training any
         run_config = load_any_config(config.base, config.run_overrides(variant, chosen_seeds[0]))
         if not isinstance(run_config, LMTrainConfig):

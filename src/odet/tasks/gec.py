@@ -259,7 +259,7 @@ def build_gec_data(
     words = tuple(vocabulary)
     if substitute > 0 and not words:
         raise ValueError("substitute > 0 needs a vocabulary to draw the substitutes from")
-    out = check_output_dir(out_dir, "--out", owned=_has_gec_report)
+    out = check_output_dir(out_dir, "--out", owned=_has_gec_report, command="prepare gec")
     inputs, tokenized = [], []
     for path in clean_files:
         sentences, report = clean_sentences(path, seed=seed, dialogue_turns=dialogue_turns)
