@@ -11,7 +11,7 @@ import pytest
 
 from odet.data import DataError, read_parallel_text
 from odet.data.gec_noise import NoiseConfig
-from odet.io import OUTPUT_MARKER
+from odet.io import OUTPUT_MARKER, OutputPathError
 from odet.tasks.gec import (
     build_gec_data,
     clean_sentences,
@@ -221,6 +221,15 @@ S This is fine .
 A -1 -1|||noop|||-NONE-|||REQUIRED|||-NONE-|||0
 A -1 -1|||noop|||-NONE-|||REQUIRED|||-NONE-|||1
 """
+
+
+def test_m2_to_parallel_refuses_an_output_that_is_its_input(tmp_path: Path) -> None:
+    """``out_prefix`` ``train`` for ``train.src`` given as the M2 file overwrote it."""
+    m2 = tmp_path / "train.src"
+    m2.write_text(M2_TEXT, encoding="utf-8")
+    with pytest.raises(OutputPathError, match="is an input file"):
+        m2_to_parallel(m2, tmp_path / "train")
+    assert m2.read_text(encoding="utf-8") == M2_TEXT
 
 
 def test_m2_to_parallel_writes_one_pair_per_sentence_and_annotator(tmp_path: Path) -> None:

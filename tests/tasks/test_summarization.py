@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from odet.data import DataError, Tokenizer
+from odet.io import OutputPathError
 from odet.tasks.summarization import (
     SPEAKER_TAGS,
     Lead,
@@ -70,6 +71,15 @@ def test_read_dialogsum_strict_names_the_line_and_an_unusable_file_is_an_error(
     path.write_text("not json\n" + json.dumps({"dialogue": "x"}) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match="no usable 'dialogue'/'summary' record"):
         read_dialogsum(path)
+
+
+def test_write_dialogsum_lines_refuses_an_output_that_is_its_input(tmp_path: Path) -> None:
+    path = tmp_path / "dev.summary"
+    path.write_text(_record(DIALOGUE, "First.") + "\n", encoding="utf-8")
+    before = path.read_text(encoding="utf-8")
+    with pytest.raises(OutputPathError, match="is an input file"):
+        write_dialogsum_lines(path, tmp_path / "dev")
+    assert path.read_text(encoding="utf-8") == before
 
 
 def test_write_dialogsum_lines_keeps_dialogues_and_summaries_aligned(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from nltk.tokenize import TreebankWordTokenizer
 from odet.data.gec_noise import GECNoise, NoiseConfig, error_types_for
 from odet.data.m2 import OutOfRange, read_m2_parallel
 from odet.data.text import DataError, PathLike, read_jsonl_pairs, read_lines
-from odet.io import check_output_dir, claim_output_dir
+from odet.io import check_output_dir, check_output_file, claim_output_dir
 
 __all__ = [
     "JFLEG_NOISE",
@@ -444,8 +444,11 @@ def m2_to_parallel(
     multiply-annotated data); an id selects that annotator only. ``keep_unchanged=False`` drops
     pairs whose correction equals the source. ``out_of_range`` is passed to
     ``odet.data.m2.read_m2`` (``"drop"`` ignores edits that run past their sentence, as the
-    official M2 scorer does).
+    official M2 scorer does). An output that is the M2 file itself, a directory or odet's own
+    file is refused before anything is read (``odet.io.check_output_file``).
     """
+    for suffix in (".src", ".tgt"):
+        check_output_file(f"{out_prefix}{suffix}", "out_prefix", (m2_path,))
     by_annotator = read_m2_parallel(m2_path, out_of_range=out_of_range)
     if not by_annotator:
         raise DataError(f"{m2_path} holds no M2 sentence (no 'S' line)")

@@ -30,6 +30,7 @@ from typing import Literal, get_args
 from odet.data.text import DataError, PathLike, ReadReport, TextPairs, read_jsonl_pairs
 from odet.data.tokenizer import Tokenizer
 from odet.evaluation.rouge import corpus_rouge
+from odet.io import check_output_file
 
 __all__ = [
     "SPEAKER_TAGS",
@@ -167,8 +168,11 @@ def write_dialogsum_lines(
     """Write ``<out_prefix>.dialogue`` and ``<out_prefix>.summary``, one example per line.
 
     These are what ``odet generate -i`` and ``odet evaluate --ref`` read; skipped records are
-    left out of both files (the report counts them), so the two stay line-aligned.
+    left out of both files (the report counts them), so the two stay line-aligned. An output
+    that is the input, a directory or odet's own file is refused before anything is read.
     """
+    for suffix in (".dialogue", ".summary"):
+        check_output_file(f"{out_prefix}{suffix}", "out_prefix", (path,))
     data = read_dialogsum(path, long_words=long_words)
     prefix = Path(out_prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
