@@ -223,6 +223,16 @@ A -1 -1|||noop|||-NONE-|||REQUIRED|||-NONE-|||1
 """
 
 
+@pytest.mark.parametrize("vocabulary", ["word", ["ok", ""], ["ok", 3]])
+def test_build_gec_data_refuses_a_vocabulary_that_is_not_words(tmp_path: Path, vocabulary) -> None:
+    """``vocabulary="word"`` substituted single letters ('w', 'o', ...) without a word."""
+    clean = tmp_path / "clean.txt"
+    clean.write_text("a dog runs across the green field .\n", encoding="utf-8")
+    with pytest.raises(TypeError, match="vocabulary must be a sequence of words"):
+        build_gec_data([clean], tmp_path / "out", vocabulary=vocabulary, substitute=0.5)
+    assert not (tmp_path / "out").exists()
+
+
 def test_m2_to_parallel_refuses_an_output_that_is_its_input(tmp_path: Path) -> None:
     """``out_prefix`` ``train`` for ``train.src`` given as the M2 file overwrote it."""
     m2 = tmp_path / "train.src"

@@ -256,6 +256,11 @@ def build_gec_data(
         raise ValueError(f"join must be >= 1, got {join}")
     if not 0.0 <= substitute <= 1.0:
         raise ValueError(f"substitute must be a probability in [0, 1], got {substitute}")
+    if isinstance(vocabulary, str) or not all(isinstance(w, str) and w for w in vocabulary):
+        raise TypeError(
+            "vocabulary must be a sequence of words (non-empty strings); a string would be "
+            "drawn from letter by letter"
+        )
     words = tuple(vocabulary)
     if substitute > 0 and not words:
         raise ValueError("substitute > 0 needs a vocabulary to draw the substitutes from")
