@@ -112,3 +112,16 @@ def test_an_output_directory_inside_a_run_s_checkpoints_or_tokenizer_is_refused(
         check_output_dir(run / inside, "--out")
     assert not (run / inside).exists()
     assert check_output_dir(run / "analysis", "--out") == run / "analysis"
+
+
+def test_an_output_directory_is_reused_only_by_the_command_that_wrote_it(tmp_path: Path) -> None:
+    """Both ``experiment`` and ``parity`` write ``results.md`` and ``config.yaml``: one's output
+    directory taken by the other was overwritten."""
+    from odet.io import claim_output_dir
+
+    out = claim_output_dir(tmp_path / "exp", "experiment")
+    (out / "results.md").write_text("mine\n")
+    assert check_output_dir(out, "--out", command="experiment") == out
+    assert check_output_dir(out, "--out") == out  # no command given: any odet output
+    with pytest.raises(OutputPathError, match="holds the output of odet experiment, not of odet"):
+        check_output_dir(out, "--out", command="parity")
