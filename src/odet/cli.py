@@ -208,11 +208,19 @@ def _read_input(path: str | None) -> tuple[list[str], int]:
     """The lines to translate (lines that are not UTF-8 text replaced and counted); an input
     with no line to translate (empty, only blank or undecodable lines, or UTF-16/32) is a
     ``DataError``."""
-    from odet.data.text import DataError, check_not_wide, decode_line, read_binary, split_lines
+    from odet.data.text import (
+        DataError,
+        check_line_endings,
+        check_not_wide,
+        decode_line,
+        read_binary,
+        split_lines,
+    )
 
     name = "stdin" if path in (None, "-") else f"--input {path}"
     raw = _stdin_bytes() if path in (None, "-") else read_binary(path, "--input")
     check_not_wide(raw, name)
+    check_line_endings(raw, name)
     lines, invalid = [], 0
     for line in split_lines(raw):
         try:

@@ -364,8 +364,33 @@ def _depth(e: Env, run: str, reference: str, *more: str) -> list[str]:
     return ["analyze", run, "--depth-against", reference, "--out", out, *more]
 
 
+CR_ONLY = b"w1 x y\rw2 x y\rw3 x y\r"
+"""Classic-Mac line endings: odet splits on \\n only, so this read as one line (one pair)."""
+
 CASES: list[Case] = [
     *_file_cases(),
+    Case(
+        "train",
+        "data.train with CR-only line endings (read as one pair)",
+        lambda e: [
+            "train",
+            e.config(data={"train": [e.file("cr.src", CR_ONLY), e.file("cr.tgt", CR_ONLY)]}),
+        ],
+        r"cr\.src has CR-only \(classic Mac\) line endings",
+        ("out",),
+    ),
+    Case(
+        "generate",
+        "--input with CR-only line endings (translated as one line)",
+        lambda e: ["generate", str(e.run), "-i", e.file("cr.txt", CR_ONLY), "-o", str(e.tmp / "h")],
+        r"cr\.txt has CR-only",
+    ),
+    Case(
+        "evaluate",
+        "--hyp with CR-only line endings (one hypothesis)",
+        lambda e: ["evaluate", "--hyp", e.file("cr.hyp", CR_ONLY), "--ref", e.text("r")],
+        r"cr\.hyp has CR-only",
+    ),
     # ------------------------------------------------------------------ train
     Case("train", "misaligned train", _misaligned, r"short\.tgt.*2", ("out",)),
     Case(

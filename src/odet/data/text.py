@@ -214,14 +214,27 @@ def check_not_wide(head: bytes, name: str) -> None:
             )
 
 
+def check_line_endings(data: bytes, name: str) -> None:
+    """A ``DataError`` naming ``name`` when ``data``, a whole input, has no newline but a
+    carriage return before its end: classic-Mac (CR-only) line endings, which odet does not
+    split on (a lone ``\\r`` stays inside its line), so the file would read as one line."""
+    if b"\n" not in data and b"\r" in data.rstrip(b"\r"):
+        raise DataError(
+            f"{name} has CR-only (classic Mac) line endings, which odet does not split on: it "
+            "would read as one line; convert it first (tr '\\r' '\\n' < IN > OUT)"
+        )
+
+
 def _raw_lines(handle: BinaryIO, path: PathLike) -> Iterator[bytes]:
     """Lines of a binary stream split on ``\\n`` only, without the line terminator; a corrupt or
-    truncated gzip stream, or one that starts with a UTF-16/32 byte-order mark, is a
-    ``DataError`` naming ``path``."""
+    truncated gzip stream, one that starts with a UTF-16/32 byte-order mark, or one line with
+    CR-only line endings inside (``check_line_endings``) is a ``DataError`` naming ``path``."""
     try:
         for number, line in enumerate(handle):
             if number == 0:
                 check_not_wide(line, str(path))
+                if not line.endswith(b"\n"):  # the whole stream
+                    check_line_endings(line, str(path))
             yield line.rstrip(b"\n")
     except (EOFError, OSError, zlib.error):
         raise DataError(f"{path} cannot be read (corrupt or truncated gzip)") from None

@@ -12,6 +12,7 @@ from odet.data.text import (
     DataError,
     PathLike,
     check_input_file,
+    check_line_endings,
     decode_line,
     not_text_message,
     read_binary,
@@ -36,6 +37,7 @@ def read_all_lines(path: str | Path, what: str = "file") -> list[str]:
     (lines as :func:`~odet.data.text.split_lines` counts them)."""
     path = check_input_file(path, what)
     raw = read_binary(path, what)
+    check_line_endings(raw, f"{what} {path}")
     lines = []
     for number, line in enumerate(split_lines(raw), start=1):
         try:
