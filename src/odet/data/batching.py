@@ -32,16 +32,26 @@ def pad_tokens(
 
     Each sequence must hold non-negative integer ids (``TypeError`` / ``ValueError`` naming it).
     """
+    return _pad(_checked_ids(sequences), prepend_bos=prepend_bos, append_eos=append_eos)
+
+
+def _checked_ids(sequences: Sequence[Tokens]) -> list[np.ndarray]:
+    """``sequences`` as ``int64`` arrays, each checked once: integer, non-negative ids."""
     if isinstance(sequences, str) or not sequences:
         raise ValueError("pad_tokens needs a non-empty list of token sequences")
-    head = [BOS_ID] if prepend_bos else []
-    tail = [EOS_ID] if append_eos else []
-    rows = []
+    arrays = []
     for i, seq in enumerate(sequences):
         ids = token_ids(seq, f"sequence {i}")
         if ids.size and ids.min() < 0:
             raise ValueError(f"sequence {i} holds a negative token id {int(ids.min())}")
-        rows.append(torch.tensor([*head, *ids.tolist(), *tail], dtype=torch.long))
+        arrays.append(ids)
+    return arrays
+
+
+def _pad(arrays: Sequence[np.ndarray], *, prepend_bos: bool, append_eos: bool) -> torch.Tensor:
+    head = [BOS_ID] if prepend_bos else []
+    tail = [EOS_ID] if append_eos else []
+    rows = [torch.tensor([*head, *ids.tolist(), *tail], dtype=torch.long) for ids in arrays]
     return pad_sequence(rows, batch_first=True, padding_value=PAD_ID)
 
 
@@ -117,10 +127,11 @@ def collate(
         ids = range(len(source))
     elif len(ids) != len(source):
         raise ValueError(f"collate got {len(ids)} ids for {len(source)} examples")
+    src, tgt = _checked_ids(source), _checked_ids(target)  # once, not once per padding
     return Batch(
-        src=pad_tokens(source, append_eos=True),
-        tgt_in=pad_tokens(target, prepend_bos=True),
-        tgt_out=pad_tokens(target, append_eos=True),
+        src=_pad(src, prepend_bos=False, append_eos=True),
+        tgt_in=_pad(tgt, prepend_bos=True, append_eos=False),
+        tgt_out=_pad(tgt, prepend_bos=False, append_eos=True),
         ids=torch.tensor(list(ids), dtype=torch.long),
         num_src_tokens=sum(len(seq) + 1 for seq in source),
         num_tgt_tokens=sum(len(seq) + 1 for seq in target),
