@@ -67,3 +67,18 @@ def test_every_key_of_the_reference_has_a_meaning():
     from odet.reference import undocumented
 
     assert undocumented() == []
+
+
+def test_config_docs_out_replaces_an_older_reference_but_no_other_file(tmp_path, capsys):
+    from odet.reference import configuration_reference
+
+    text = configuration_reference()
+    older = tmp_path / "configuration.md"
+    older.write_bytes(text.split("## ")[0].replace("\n", "\r\n").encode() + b"## Gone\r\n")
+    assert main(["config", "docs", "--out", str(older)]) == 0
+    assert older.read_text(encoding="utf-8") == text
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Configuration reference\n\nmy own notes\n", encoding="utf-8")
+    assert main(["config", "docs", "--out", str(notes)]) == 2
+    assert "not a configuration reference" in capsys.readouterr().err
+    assert notes.read_text(encoding="utf-8") == "# Configuration reference\n\nmy own notes\n"

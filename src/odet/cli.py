@@ -555,11 +555,24 @@ def cmd_config(args: argparse.Namespace) -> int:
         if current != text:
             raise ValueError(f"{out} is out of date: run odet config docs --out {out}")
         return 0
+    if out.is_file() and not _is_configuration_reference(out, text):
+        raise ValueError(
+            f"--out {out} exists and is not a configuration reference written by odet config "
+            "docs; refusing to overwrite it (give a new file, or remove it first)"
+        )
     from odet.io import write_bytes_atomic
 
     write_bytes_atomic(out, text.encode("utf-8"))
     print(f"wrote {out}")
     return 0
+
+
+def _is_configuration_reference(path: Path, text: str) -> bool:
+    """Whether ``path`` opens as ``text`` does (its heading and generated-by line: a reference
+    odet wrote, perhaps an older one), so that regenerating it loses nothing."""
+    opening = "\n".join(text.split("\n", 3)[:3]).split(" — ")[0].encode("utf-8")
+    with path.open("rb") as f:
+        return f.read(len(opening) + 8).replace(b"\r\n", b"\n").startswith(opening)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

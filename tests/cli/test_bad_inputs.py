@@ -1965,6 +1965,12 @@ CASES: list[Case] = [
     ),
     Case(
         "config",
+        "docs --out onto a file that is not a reference",
+        lambda e: ["config", "docs", "--out", e.text("README.md")],
+        r"README\.md exists and is not a configuration reference",
+    ),
+    Case(
+        "config",
         "docs --check without --out",
         lambda e: ["config", "docs", "--check"],
         r"--check.*--out",
