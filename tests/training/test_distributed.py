@@ -13,6 +13,7 @@ import torch
 
 from odet.models import Seq2Seq
 from odet.training import TrainConfig, train
+from odet.training.checkpoint import latest_checkpoint
 from tests.training.conftest import tiny_config, write_config
 
 
@@ -84,3 +85,26 @@ def _key_bias(name: str, value: torch.Tensor) -> torch.Tensor:
     elif name.endswith(".kv_proj.bias"):
         mask[: n // 2] = True
     return mask
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_every_rank_saves_the_last_applied_update_when_too_many_bad_updates_stop_training(
+    copy_data, tmp_path, parallel
+):
+    """All ranks reach the stop together (its counts are all-reduced), so they checkpoint the
+    last applied update together (FSDP gathers the shards) before the one-line error."""
+    blowup = {"lr": 1e30, "warmup_updates": 0, "clip_norm": 0.0}  # update 1 applied, then NaN
+    budget = {"max_bad_updates": 2, "max_tokens": 400, "parallel": parallel}
+    run = tmp_path / "run"
+    config = write_config(
+        tmp_path / "c.yaml", tiny_config(copy_data, run, optim=blowup, train=budget)
+    )
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", "-m", "odet.cli", "train", str(config)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "2 updates in a row had non-finite loss or gradients (at update 2)" in done.stderr
+    saved = latest_checkpoint(run / "checkpoints")
+    assert (saved.state.step, saved.state.skipped_updates, saved.state.bad_in_a_row) == (1, 2, 0)
+    assert all(torch.isfinite(p).all() for p in Seq2Seq.from_pretrained(saved.path).parameters())

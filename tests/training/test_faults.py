@@ -49,9 +49,31 @@ def test_too_many_non_finite_updates_in_a_row_stop_with_a_clear_message(
     copy_data, tmp_path, monkeypatch, capsys
 ):
     _nan_on_calls(monkeypatch, set(range(2, 100)))
-    config = tiny_config(copy_data, tmp_path / "run", train={"max_bad_updates": 3})
-    assert main(["train", str(write_config(tmp_path / "c.yaml", config))]) == 1
+    run = tmp_path / "run"
+    config = write_config(
+        tmp_path / "c.yaml", tiny_config(copy_data, run, train={"max_bad_updates": 3})
+    )
+    assert main(["train", str(config)]) == 1
     assert "3 updates in a row had non-finite loss or gradients" in capsys.readouterr().err
+
+
+def test_the_stop_after_too_many_bad_updates_keeps_the_last_applied_one_and_resumes(
+    copy_data, tmp_path, monkeypatch
+):
+    """The updates since the newest checkpoint were lost; now the last applied one is saved,
+    read on after the skipped batches, with a fresh allowance of bad updates."""
+    _nan_on_calls(monkeypatch, {3, 4, 5})
+    run = tmp_path / "run"
+    budget = {"max_bad_updates": 3, "max_updates": 5}
+    config = write_config(tmp_path / "c.yaml", tiny_config(copy_data, run, train=budget))
+    assert main(["train", str(config)]) == 1
+    saved = latest_checkpoint(run / "checkpoints").state
+    assert (saved.step, saved.skipped_updates, saved.bad_in_a_row) == (2, 3, 0)
+    assert saved.batcher["position"] == 5
+    assert "stopped by an error after update 2, saved in" in (run / "train.log").read_text()
+    assert main(["train", str(config)]) == 0
+    resumed = latest_checkpoint(run / "checkpoints").state
+    assert (resumed.step, resumed.skipped_updates) == (5, 3)
 
 
 def _adaptive(copy_data, run, **continuous) -> dict:

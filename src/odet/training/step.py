@@ -277,11 +277,18 @@ def apply_update(
 
 
 def record_skipped_update(
-    state: TrainerState, result: UpdateResult, *, max_in_a_row: int, failed_solves: int = 0
+    state: TrainerState,
+    result: UpdateResult,
+    *,
+    max_in_a_row: int,
+    failed_solves: int = 0,
+    before_stop: Callable[[], object] | None = None,
 ) -> None:
     """Count a skipped update in ``state`` and log it; ``max_in_a_row`` in a row stop training
-    with ``FloatingPointError``. ``failed_solves``: the update's sentences whose encoder solve
-    failed (what made its loss NaN)."""
+    with ``FloatingPointError``, after ``before_stop()`` (e.g. a checkpoint of the last applied
+    update) with ``state.bad_in_a_row`` reset, so that a run resumed with the remedy gets a
+    fresh allowance. ``failed_solves``: the update's sentences whose encoder solve failed (what
+    made its loss NaN)."""
     state.skipped_updates += 1
     state.bad_in_a_row += 1
     if failed_solves:
@@ -298,12 +305,17 @@ def record_skipped_update(
     if state.bad_in_a_row < max_in_a_row:
         return
     if failed_solves:
-        raise FloatingPointError(
+        message = (
             f"{state.bad_in_a_row} updates in a row were skipped, the last because the {what} "
             f"(at update {state.step + 1}); {SOLVE_FAILURE_REMEDY}"
         )
-    raise FloatingPointError(
-        f"{state.bad_in_a_row} updates in a row had non-finite loss or "
-        f"gradients (at update {state.step + 1}); lower optim.lr, "
-        "enable optim.clip_norm, or check the data"
-    )
+    else:
+        message = (
+            f"{state.bad_in_a_row} updates in a row had non-finite loss or "
+            f"gradients (at update {state.step + 1}); lower optim.lr, "
+            "enable optim.clip_norm, or check the data"
+        )
+    state.bad_in_a_row = 0
+    if before_stop is not None:
+        before_stop()
+    raise FloatingPointError(message)

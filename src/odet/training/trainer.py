@@ -266,9 +266,9 @@ class Trainer:
             clip_norm=self.config.optim.clip_norm,
         )
         if not result.applied:
-            record_skipped_update(
-                self.state, result, max_in_a_row=c.max_bad_updates, failed_solves=int(failed)
-            )
+            save = partial(self._rescue, started, every_rank=True)  # all ranks stop here
+            record_skipped_update(self.state, result, max_in_a_row=c.max_bad_updates,
+                                  failed_solves=int(failed), before_stop=save)  # fmt: skip
             return ""
         self.state.bad_in_a_row = 0
         self.state.step += 1
@@ -329,10 +329,11 @@ class Trainer:
         signalled = self.dist.all_reduce_sum([float(signals.received is not None)])[0]
         return "signal" if signalled else ""
 
-    def _rescue(self, started: float, *, rewind: int = 0) -> None:
+    def _rescue(self, started: float, *, rewind: int = 0, every_rank: bool = False) -> None:
         """``checkpoint_before_error``, the data position ``rewind`` batches back (read again);
-        one process only: other ranks would wait in a collective that this one has left."""
-        if not self.dist.enabled:
+        one process only (others would wait in a collective this one left) unless ``every_rank``
+        stops at the same point."""
+        if every_rank or not self.dist.enabled:
             save = partial(self._save, started, is_best=False, rewind=rewind)
             checkpoint_before_error(self.state, self._saved_step, save)
 
