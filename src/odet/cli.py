@@ -758,9 +758,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--gemm",
-        choices=["torch", "onednn"],
-        help="onednn: fp32 linear layers through oneDNN's packed GEMMs, faster on CPUs than "
-        f"PyTorch's default (benchmarks/RESULTS.md) {RUN}",
+        choices=["auto", "torch", "onednn"],
+        help="who multiplies the fp32 linear layers: onednn (its packed GEMMs, faster on CPUs "
+        "than PyTorch's default, benchmarks/RESULTS.md), torch, or auto: onednn where it runs "
+        f"(CPU, fp32, not compiled), else torch {RUN}",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

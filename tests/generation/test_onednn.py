@@ -1,13 +1,13 @@
-"""``generation.gemm: onednn``: fp32 decoding through oneDNN's GEMMs stays exact where fp32 is
-(cached == uncached, batch independence), matches default fp32 logits to rounding, and is
-refused where it does not apply."""
+"""``generation.gemm: onednn`` (and ``auto``, the default, where it runs): fp32 decoding
+through oneDNN's GEMMs stays exact where fp32 is (cached == uncached, batch independence),
+matches default fp32 logits to rounding, and is refused where it does not apply."""
 
 import pytest
 import torch
 
 from odet.config import ConfigError
 from odet.generation import GenerationConfig
-from odet.inference import INT8_ALSO, Translator, inference_model
+from odet.inference import INT8_ALSO, Translator, inference_model, resolve_gemm
 from odet.models import Seq2Seq
 from odet.nn.onednn import OneDNNLinear, onednn_copy, onednn_supported
 from tests.generation.test_int8 import DECODERS, decoder_model
@@ -73,3 +73,40 @@ def test_the_translator_decodes_with_a_onednn_copy_and_leaves_the_model_as_it_is
 def test_onednn_combinations_it_does_not_support_are_config_errors(options, message):
     with pytest.raises(ConfigError, match=message):
         GenerationConfig(**{"gemm": "onednn", **options})
+
+
+def test_the_default_gemm_auto_decodes_fp32_with_onednn():
+    model = Seq2Seq(small_config()).eval()
+    assert GenerationConfig().gemm == "auto"
+    decoding = Translator(model, tokenizers=None, config=GenerationConfig())._inference_model()
+    assert isinstance(decoding.output_projection, OneDNNLinear)
+    assert isinstance(model.output_projection, torch.nn.Linear)
+    assert inference_model(model, "fp32", "auto") is not model
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, "onednn"),
+        ({"precision": "bf16"}, "torch"),
+        ({"precision": "int8"}, "torch"),
+        ({"compile": True}, "torch"),
+        ({"gemm": "torch"}, "torch"),
+        ({"gemm": "onednn"}, "onednn"),
+    ],
+)
+def test_gemm_auto_chooses_onednn_only_for_uncompiled_fp32_decoding(options, expected):
+    config = GenerationConfig(**options)  # auto combines with every precision and compile
+    model = Seq2Seq(small_config()).eval()
+    assert resolve_gemm(model, config.precision, config.gemm, config.compile) == expected
+
+
+def test_gemm_auto_keeps_torch_for_a_bf16_model_and_where_onednn_cannot_run(monkeypatch):
+    model = Seq2Seq(small_config()).eval()
+    assert resolve_gemm(model.to(torch.bfloat16), "fp32", "auto") == "torch"
+    monkeypatch.setattr(
+        "odet.inference.translator.onednn_supported", lambda device: "no oneDNN here"
+    )
+    model = Seq2Seq(small_config()).eval()
+    assert resolve_gemm(model, "fp32", "auto") == "torch"
+    assert inference_model(model, "fp32", "auto") is model

@@ -15,7 +15,7 @@ DecodePrecision = Literal["fp32", "bf16", "int8"]
 """Training precisions plus ``"int8"`` (decoding only: :mod:`odet.nn.quantization`)."""
 DECODE_PRECISIONS: tuple[DecodePrecision, ...] = get_args(DecodePrecision)
 
-Gemm = Literal["torch", "onednn"]
+Gemm = Literal["auto", "torch", "onednn"]
 """Who multiplies the fp32 linear layers of a decode: PyTorch's default (MKL on x86 CPUs) or
 oneDNN with packed weights (:mod:`odet.nn.onednn`)."""
 GEMMS: tuple[Gemm, ...] = get_args(Gemm)
@@ -56,8 +56,8 @@ class GenerationConfig:
     """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training)."""
     compile: bool = False
     """Run the cached decoder steps under ``torch.compile`` (compiled once per process)."""
-    gemm: Gemm = "torch"
-    """Who multiplies the fp32 linears: PyTorch, or ``"onednn"`` (:mod:`odet.nn.onednn`)."""
+    gemm: Gemm = "auto"
+    """fp32 linears by PyTorch, ``"onednn"``, or ``"auto"``: oneDNN where it runs, else PyTorch."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -81,12 +81,12 @@ class GenerationConfig:
         check(self.top_k >= 0, "generation.top_k must be >= 0")
         check_seed(self.seed, "generation.seed")
         check(
-            self.gemm == "torch" or self.precision == "fp32",
+            self.gemm != "onednn" or self.precision == "fp32",
             f"generation.gemm onednn multiplies in fp32; it cannot be combined with "
             f"generation.precision {self.precision} (use one or the other)",
         )
         check(
-            self.gemm == "torch" or not self.compile,
+            self.gemm != "onednn" or not self.compile,
             "generation.gemm onednn is not supported with generation.compile; set one of them",
         )
 

@@ -18,6 +18,7 @@ from odet.inference.translator import (
     generation_defaults,
     inference_model,
     load_model_and_tokenizers,
+    resolve_gemm,
 )
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "inference_model",
     "load_model_and_tokenizers",
     "read_index",
+    "resolve_gemm",
     "resolve_model_dir",
     "verify_checkpoint",
 ]

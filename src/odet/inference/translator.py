@@ -22,7 +22,7 @@ from odet.data import TokenizerPair, pad_tokens
 from odet.generation import DecodePrecision, Gemm, GenerationConfig
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
 from odet.models import CheckpointError, Seq2Seq
-from odet.nn.onednn import onednn_copy
+from odet.nn.onednn import onednn_copy, onednn_supported
 from odet.nn.quantization import int8_copy
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "generation_defaults",
     "inference_model",
     "load_model_and_tokenizers",
+    "resolve_gemm",
 ]
 
 
@@ -171,7 +172,10 @@ class Translator:
                 )
 
     def _inference_model(self) -> Seq2Seq:
-        return inference_model(self.model, self.config.precision, self.config.gemm)
+        gemm = resolve_gemm(
+            self.model, self.config.precision, self.config.gemm, self.config.compile
+        )
+        return inference_model(self.model, self.config.precision, gemm)
 
 
 INT8_ALSO: tuple[str, ...] = ("output_projection",)
@@ -179,10 +183,30 @@ INT8_ALSO: tuple[str, ...] = ("output_projection",)
 attention and feed-forward (see ``results/multi30k/int8`` for the choice)."""
 
 
+def resolve_gemm(
+    model: Seq2Seq, precision: DecodePrecision, gemm: Gemm, compile: bool = False
+) -> Gemm:
+    """``"torch"`` or ``"onednn"``: ``gemm`` itself, or for ``"auto"`` oneDNN where it runs
+    (an fp32 model on the host, a PyTorch with oneDNN, decoded in fp32, not compiled), since
+    there its packed GEMMs decode faster than PyTorch's default at every batch and beam size
+    measured (``benchmarks/RESULTS.md``), and PyTorch elsewhere."""
+    if gemm != "auto":
+        return gemm
+    first = next(model.parameters())
+    runs = (
+        precision == "fp32"
+        and not compile
+        and first.dtype == torch.float32
+        and onednn_supported(first.device) is None
+    )
+    return "onednn" if runs else "torch"
+
+
 def inference_model(model: Seq2Seq, precision: DecodePrecision, gemm: Gemm = "torch") -> Seq2Seq:
     """``model`` at a decoding precision: itself (fp32), or a bf16, int8 or oneDNN-GEMM copy
     that leaves ``model`` untouched, since the trainer validates with the model it is
-    training."""
+    training. ``gemm="auto"`` is resolved by :func:`resolve_gemm` (without compilation)."""
+    gemm = resolve_gemm(model, precision, gemm)
     if precision == "bf16" and _dtype(model) != torch.bfloat16:
         return copy.deepcopy(model).to(torch.bfloat16)
     if precision == "int8":
