@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     data = load_yaml(args.config)
     config = from_dict(GenerationConfig, data["generation"], where="generation")
-    config = replace(config, precision="fp32")  # the variants are built here
+    config = replace(config, precision="fp32", gemm="torch")  # the variants are built here
     model, tokenizers = load_model_and_tokenizers(args.model)
     model.eval()
     translators = {

@@ -10,6 +10,7 @@ from odet.generation import GenerationConfig
 from odet.inference import INT8_ALSO, Translator, inference_model, resolve_gemm
 from odet.models import Seq2Seq
 from odet.nn.onednn import OneDNNLinear, onednn_copy, onednn_supported
+from odet.nn.quantization import int8_supported
 from tests.generation.test_int8 import DECODERS, decoder_model
 from tests.models.test_seq2seq import cached_and_full_logits, small_config, sources
 
@@ -110,3 +111,13 @@ def test_gemm_auto_keeps_torch_for_a_bf16_model_and_where_onednn_cannot_run(monk
     model = Seq2Seq(small_config()).eval()
     assert resolve_gemm(model, "fp32", "auto") == "torch"
     assert inference_model(model, "fp32", "auto") is model
+
+
+def test_gemm_auto_decodes_an_inference_copy_as_it_is():
+    model = Seq2Seq(small_config()).eval()
+    copies = {"onednn": onednn_copy(model, INT8_ALSO)}
+    if int8_supported(torch.device("cpu")) is None:
+        copies["int8"] = inference_model(model, "int8")
+    for name, copy in copies.items():
+        assert resolve_gemm(copy, "fp32", "auto") == "torch", name
+        assert inference_model(copy, "fp32", "auto") is copy, name

@@ -22,8 +22,8 @@ from odet.data import TokenizerPair, pad_tokens
 from odet.generation import DecodePrecision, Gemm, GenerationConfig
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
 from odet.models import CheckpointError, Seq2Seq
-from odet.nn.onednn import onednn_copy, onednn_supported
-from odet.nn.quantization import int8_copy
+from odet.nn.onednn import OneDNNLinear, onednn_copy, onednn_supported
+from odet.nn.quantization import Int8Linear, int8_copy
 
 __all__ = [
     "INT8_ALSO",
@@ -189,7 +189,8 @@ def resolve_gemm(
     """``"torch"`` or ``"onednn"``: ``gemm`` itself, or for ``"auto"`` oneDNN where it runs
     (an fp32 model on the host, a PyTorch with oneDNN, decoded in fp32, not compiled), since
     there its packed GEMMs decode faster than PyTorch's default at every batch and beam size
-    measured (``benchmarks/RESULTS.md``), and PyTorch elsewhere."""
+    measured (``benchmarks/RESULTS.md``), and PyTorch elsewhere. A model that already is an
+    int8 or oneDNN inference copy is decoded as it is."""
     if gemm != "auto":
         return gemm
     first = next(model.parameters())
@@ -198,6 +199,7 @@ def resolve_gemm(
         and not compile
         and first.dtype == torch.float32
         and onednn_supported(first.device) is None
+        and not any(isinstance(m, (Int8Linear, OneDNNLinear)) for m in model.modules())
     )
     return "onednn" if runs else "torch"
 
