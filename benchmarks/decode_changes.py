@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import math
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmarks.outputs import check_markdown_out
+from benchmarks.outputs import check_markdown_out, command_line, write_markdown
 from benchmarks.systems import SIZES, gen_sources, odet_model
 from odet.generation import loop as generation_loop
 from odet.generation import make_strategy
@@ -164,13 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_markdown_out(parser, args.out)
     torch.set_num_threads(args.threads)
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    command = shlex.join(sys.argv[1:] if argv is None else argv)
     lines = [
         "# Decoding changes of issue #26, each against the code it replaced",
         "",
-        f"`python -m benchmarks.decode_changes {command}`"
-        f" — started {started}, {args.threads} thread(s), torch {torch.__version__}, "
+        f"{command_line('benchmarks.decode_changes', argv)}, {args.threads} thread(s), "
         f"{args.rounds} rounds; n-best tokens identical in every variant (score column: the"
         " largest |score − before's|).",
         "",
@@ -187,9 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"| {diff:.1e} |"
                     )
                     print(lines[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    write_markdown(args.out, lines)
     return 0
 
 

@@ -16,16 +16,14 @@ Run: ``python -m benchmarks.onednn_rows [--sizes d128 d256 d512] [--batches 1 4 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import shlex
-import sys
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from benchmarks.measure import round_robin, same_round_ratio
-from benchmarks.outputs import check_markdown_out
+from benchmarks.outputs import check_markdown_out, command_line, write_markdown
 from benchmarks.systems import SIZES as SYSTEM_SIZES
 from benchmarks.systems import BenchSize, gen_sources, odet_model
 from odet.inference import inference_model
@@ -83,32 +81,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (reason := onednn_supported(torch.device("cpu"))) is not None:
         parser.error(reason)
     torch.set_num_threads(args.threads)
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    command = shlex.join(sys.argv[1:] if argv is None else argv)
     lines = [
         "# fp32 decoding: PyTorch's GEMMs (MKL) against oneDNN's, by batch and beam size",
         "",
-        f"`python -m benchmarks.onednn_rows {command}` — started {started}, {args.threads} "
-        f"thread(s), torch {torch.__version__}, {args.rounds} rounds after one warm-up; random "
-        "weights, each source decoded to exactly the size's forced length.",
+        f"{command_line('benchmarks.onednn_rows', argv)}, {args.threads} thread(s), "
+        f"{args.rounds} rounds after one warm-up; random weights, each source decoded to "
+        "exactly the size's forced length.",
         "",
         "| size | search | sources | torch sent/s | onednn sent/s | onednn × torch (same round) "
         "| equal tokens |",
         "|---|---|---|---|---|---|---|",
     ]
-    for size in args.sizes:
-        for beam in args.beams:
-            search = "greedy" if beam == 1 else f"beam {beam}"
-            for batch in args.batches:
-                mkl, dnn, ratio, agree = measure(size, batch, beam, args.rounds)
-                lines.append(
-                    f"| {size} | {search} | {batch} | {mkl:.1f} | {dnn:.1f} | {ratio:.2f}× "
-                    f"| {agree:.1%} |"
-                )
-                print(lines[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    for size, beam, batch in itertools.product(args.sizes, args.beams, args.batches):
+        mkl, dnn, ratio, agree = measure(size, batch, beam, args.rounds)
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        row = (
+            f"| {size} | {search} | {batch} | {mkl:.1f} | {dnn:.1f} | {ratio:.2f}× | {agree:.1%} |"
+        )
+        lines.append(row)
+        print(row, flush=True)
+    write_markdown(args.out, lines)
     return 0
 
 
