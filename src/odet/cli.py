@@ -761,7 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "torch", "onednn"],
         help="who multiplies the fp32 linear layers: onednn (its packed GEMMs, faster on CPUs "
         "than PyTorch's default, benchmarks/RESULTS.md), torch, or auto: onednn where it runs "
-        f"(CPU, fp32, not compiled), else torch {RUN}",
+        f"and pays (CPU, fp32, d_model >= 128, not compiled), else torch {RUN}",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

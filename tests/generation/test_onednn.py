@@ -8,6 +8,7 @@ import torch
 from odet.config import ConfigError
 from odet.generation import GenerationConfig
 from odet.inference import INT8_ALSO, Translator, inference_model, resolve_gemm
+from odet.inference.translator import ONEDNN_MIN_WIDTH
 from odet.models import Seq2Seq
 from odet.nn.onednn import OneDNNLinear, onednn_copy, onednn_supported
 from odet.nn.quantization import int8_supported
@@ -77,7 +78,7 @@ def test_onednn_combinations_it_does_not_support_are_config_errors(options, mess
 
 
 def test_the_default_gemm_auto_decodes_fp32_with_onednn():
-    model = Seq2Seq(small_config()).eval()
+    model = Seq2Seq(small_config(d_model=ONEDNN_MIN_WIDTH)).eval()
     assert GenerationConfig().gemm == "auto"
     decoding = Translator(model, tokenizers=None, config=GenerationConfig())._inference_model()
     assert isinstance(decoding.output_projection, OneDNNLinear)
@@ -98,26 +99,32 @@ def test_the_default_gemm_auto_decodes_fp32_with_onednn():
 )
 def test_gemm_auto_chooses_onednn_only_for_uncompiled_fp32_decoding(options, expected):
     config = GenerationConfig(**options)  # auto combines with every precision and compile
-    model = Seq2Seq(small_config()).eval()
+    model = Seq2Seq(small_config(d_model=ONEDNN_MIN_WIDTH)).eval()
     assert resolve_gemm(model, config.precision, config.gemm, config.compile) == expected
 
 
 def test_gemm_auto_keeps_torch_for_a_bf16_model_and_where_onednn_cannot_run(monkeypatch):
-    model = Seq2Seq(small_config()).eval()
+    model = Seq2Seq(small_config(d_model=ONEDNN_MIN_WIDTH)).eval()
     assert resolve_gemm(model.to(torch.bfloat16), "fp32", "auto") == "torch"
     monkeypatch.setattr(
         "odet.inference.translator.onednn_supported", lambda device: "no oneDNN here"
     )
-    model = Seq2Seq(small_config()).eval()
+    model = Seq2Seq(small_config(d_model=ONEDNN_MIN_WIDTH)).eval()
     assert resolve_gemm(model, "fp32", "auto") == "torch"
     assert inference_model(model, "fp32", "auto") is model
 
 
 def test_gemm_auto_decodes_an_inference_copy_as_it_is():
-    model = Seq2Seq(small_config()).eval()
+    model = Seq2Seq(small_config(d_model=ONEDNN_MIN_WIDTH)).eval()
     copies = {"onednn": onednn_copy(model, INT8_ALSO)}
     if int8_supported(torch.device("cpu")) is None:
         copies["int8"] = inference_model(model, "int8")
     for name, copy in copies.items():
         assert resolve_gemm(copy, "fp32", "auto") == "torch", name
         assert inference_model(copy, "fp32", "auto") is copy, name
+
+
+def test_gemm_auto_keeps_torch_below_the_width_where_onednn_pays():
+    narrow = Seq2Seq(small_config(d_model=ONEDNN_MIN_WIDTH - 32)).eval()
+    assert resolve_gemm(narrow, "fp32", "auto") == "torch"
+    assert resolve_gemm(narrow, "fp32", "onednn") == "onednn"

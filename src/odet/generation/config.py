@@ -57,7 +57,7 @@ class GenerationConfig:
     compile: bool = False
     """Run the cached decoder steps under ``torch.compile`` (compiled once per process)."""
     gemm: Gemm = "auto"
-    """fp32 linears by PyTorch, ``"onednn"``, or ``"auto"``: oneDNN where it runs, else PyTorch."""
+    """fp32 linears by PyTorch, ``"onednn"``, or ``"auto"``: oneDNN where it pays, else PyTorch."""
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -183,11 +183,17 @@ INT8_ALSO: tuple[str, ...] = ("output_projection",)
 attention and feed-forward (see ``results/multi30k/int8`` for the choice)."""
 
 
+ONEDNN_MIN_WIDTH = 128
+"""``generation.gemm: auto`` picks oneDNN from this model width on: narrower models decoded
+slower with it than with PyTorch's GEMMs (``benchmarks/RESULTS.md``)."""
+
+
 def resolve_gemm(
     model: Seq2Seq, precision: DecodePrecision, gemm: Gemm, compile: bool = False
 ) -> Gemm:
     """``"torch"`` or ``"onednn"``: ``gemm`` itself, or for ``"auto"`` oneDNN where it runs
-    (an fp32 model on the host, a PyTorch with oneDNN, decoded in fp32, not compiled), since
+    (an fp32 model at least :data:`ONEDNN_MIN_WIDTH` wide on the host, a PyTorch with
+    oneDNN, decoded in fp32, not compiled), since
     there its packed GEMMs decode faster than PyTorch's default at every batch and beam size
     measured (``benchmarks/RESULTS.md``), and PyTorch elsewhere. A model that already is an
     int8 or oneDNN inference copy is decoded as it is."""
@@ -198,6 +204,7 @@ def resolve_gemm(
         precision == "fp32"
         and not compile
         and first.dtype == torch.float32
+        and model.config.d_model >= ONEDNN_MIN_WIDTH
         and onednn_supported(first.device) is None
         and not any(isinstance(m, (Int8Linear, OneDNNLinear)) for m in model.modules())
     )
