@@ -16,8 +16,9 @@ DecodePrecision = Literal["fp32", "bf16", "int8"]
 DECODE_PRECISIONS: tuple[DecodePrecision, ...] = get_args(DecodePrecision)
 
 Gemm = Literal["auto", "torch", "onednn"]
-"""Who multiplies the fp32 linear layers of a decode: PyTorch's default (MKL on x86 CPUs) or
-oneDNN with packed weights (:mod:`odet.nn.onednn`)."""
+"""Who multiplies the fp32 linear layers of a decode: PyTorch's default (MKL on x86 CPUs),
+oneDNN with packed weights (:mod:`odet.nn.onednn`), or ``"auto"``: the one that pays
+(:func:`odet.inference.resolve_gemm`)."""
 GEMMS: tuple[Gemm, ...] = get_args(Gemm)
 
 
