@@ -17,7 +17,9 @@ Peers (random init, never downloaded):
 - ``odet-euler-onednn`` (generation only): ``odet generate --gemm onednn``, fp32 with the
   attention, FFN and output-projection linears through oneDNN's packed GEMMs
   (``odet.nn.onednn``); ``odet-dec-rk2-onednn`` / ``odet-dec-rk4-onednn`` the same for RK
-  decoders.
+  decoders; ``odet-dec-euler2x-onednn`` / ``odet-dec-euler4x-onednn`` Euler decoders of 2× / 4×
+  the layers, the same layer evaluations and self-attention caches per step as the RK2 / RK4
+  decoders (the per-stage overhead of an RK decoder is its time over theirs).
 - ``ct2-marian`` / ``ct2-marian-int8`` (generation only): that HF Marian converted to
   CTranslate2 (``ctranslate2``, the optional ``bench`` extra) with its own Marian loader over a
   synthetic vocabulary, decoded by ``ctranslate2.Translator`` in ``float32`` / ``int8``, in a
@@ -491,6 +493,17 @@ def quantize_dynamic_copy(model: Seq2Seq, also: tuple[str, ...] = INT8_ALSO) -> 
         return quantize_dynamic(copy.deepcopy(model).eval(), names, dtype=torch.qint8)
 
 
+def generate_config(
+    size: BenchSize, method: str, decoder_method: str = "euler", decoder_depth: int = 1
+) -> Seq2SeqConfig:
+    """The model a generation system decodes with (``decoder_depth`` × the decoder layers)."""
+    return dataclasses.replace(
+        odet_config(size, method),
+        decoder_method=decoder_method,
+        decoder_layers=decoder_depth * size.decoder_layers,
+    )
+
+
 def _odet_generate(
     method: str,
     preallocate: bool = True,
@@ -499,10 +512,11 @@ def _odet_generate(
     compile: bool = False,
     decoder_method: str = "euler",
     gemm: Gemm = "torch",
+    decoder_depth: int = 1,
 ) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
         torch.manual_seed(0)
-        config = dataclasses.replace(odet_config(size, method), decoder_method=decoder_method)
+        config = generate_config(size, method, decoder_method, decoder_depth)
         model = Seq2Seq(config).eval().to(dtype)
         if int8 == "odet":
             model = inference_model(model, "int8")
@@ -774,6 +788,8 @@ GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-euler-onednn": _odet_generate("euler", gemm="onednn"),
     "odet-dec-rk2-onednn": _odet_generate("euler", decoder_method="rk2", gemm="onednn"),
     "odet-dec-rk4-onednn": _odet_generate("euler", decoder_method="rk4", gemm="onednn"),
+    "odet-dec-euler2x-onednn": _odet_generate("euler", gemm="onednn", decoder_depth=2),
+    "odet-dec-euler4x-onednn": _odet_generate("euler", gemm="onednn", decoder_depth=4),
     "hf-marian": _marian_generate,
     "hf-marian-bf16": lambda size: _marian_generate(size, torch.bfloat16),
     "ct2-marian": _ct2_generate("float32"),

@@ -124,7 +124,31 @@ def test_runner_smoke_writes_json_with_ratios_flops_and_forced_lengths(tmp_path:
         toy["training"]["rk"]
     )
     assert toy["generation"]["greedy"]["odet-euler"]["sentences_per_s"] > 0
+    assert toy["generation"]["greedy"]["odet-euler"]["flops"] > 0
     assert "| `odet-euler` |" in md.read_text()
+
+
+def test_flops_are_withheld_where_the_counter_cannot_see_the_gemms() -> None:
+    # oneDNN's packed linears and the int8 linears are invisible to FlopCounterMode: a count
+    # would be the attention matmuls alone (1.92x Euler for an RK2 decoder instead of 1.48x).
+    assert runner._flops_visible("odet-dec-rk2")
+    for name in ("odet-dec-rk2-onednn", "odet-euler-int8", "odet-euler-compiled", "hf-marian"):
+        assert not runner._flops_visible(name)
+
+
+def test_the_deeper_euler_decoders_evaluate_as_many_layers_as_the_rk_decoders() -> None:
+    from benchmarks import systems
+    from odet.models import Seq2Seq
+
+    def cached_layer_evaluations(decoder_method: str, depth: int) -> int:
+        config = systems.generate_config(systems.SIZES["toy"], "euler", decoder_method, depth)
+        model = Seq2Seq(config).eval()
+        state = model.init_state(model.encode(torch.tensor([[5, 6, 7]])))
+        return len(state.self_attn)
+
+    assert cached_layer_evaluations("euler", 2) == cached_layer_evaluations("rk2", 1)
+    assert cached_layer_evaluations("euler", 4) == cached_layer_evaluations("rk4", 1)
+    assert cached_layer_evaluations("rk2", 1) == 2 * cached_layer_evaluations("euler", 1) > 0
 
 
 @pytest.mark.slow
