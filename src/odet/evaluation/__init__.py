@@ -1,5 +1,6 @@
 """Evaluation metrics: BLEU/chrF (sacrebleu), ROUGE (rouge-score), GEC (GLEU, MaxMatch F0.5),
-and the paired t-test across seeds."""
+and paired significance tests: approximate randomization over test sentences
+(``paired_bleu_test``) and the t-test across seeds (``paired_t_test``)."""
 
 from odet.evaluation.gec import GLEUResult, M2Result, corpus_gleu, m2_score, sentence_gleu
 from odet.evaluation.rouge import RougeResult, RougeScore, corpus_rouge

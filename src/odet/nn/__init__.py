@@ -1,4 +1,5 @@
-"""Transformer building blocks: attention with caches, feed-forward, embeddings and fields."""
+"""Transformer building blocks: attention with caches, relative positions, feed-forward,
+embeddings, dropout, fields, bf16 precision, and the int8 and oneDNN linear layers of decoding."""
 
 from odet.nn.attention import (
     CrossAttention,
