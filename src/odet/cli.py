@@ -747,8 +747,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--precision",
         choices=["fp32", "bf16", "int8"],
-        help="bf16: a bf16 copy of the model, 1.4-2.6x faster where the CPU has bf16 units; "
-        "int8: a copy with int8 linear layers (CPU only; benchmarks/RESULTS.md)",
+        help="bf16: a bf16 copy of the model, faster where the CPU or GPU has bf16 units; "
+        "int8: a copy with int8 linear layers, CPU only (speeds and BLEU: benchmarks/RESULTS.md)",
     )
     p.add_argument(
         "--compile",
