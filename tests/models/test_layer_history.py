@@ -90,8 +90,8 @@ def test_a_shared_gate_stays_shared_inside_the_history_and_gradients_reach_every
     [
         (
             {"encoder_method": "continuous", "encoder_history": "dlcl"},
-            r"encoder_history = 'dlcl' with encoder_method: a 'dlcl' layer history cannot wrap "
-            r"the continuous encoder",
+            r"encoder_history = 'dlcl' with encoder_method = 'continuous': a 'dlcl' layer history "
+            r"cannot wrap the continuous encoder",
         ),
         (
             {"decoder_method": "ab2", "decoder_history": "dlcl"},

@@ -129,16 +129,16 @@ def test_save_and_from_pretrained_round_trip_gives_identical_outputs(tmp_path, e
     [
         (
             {"encoder_method": "pc", "coefficients": "gated"},
-            r"coefficients = 'gated' with encoder_method: 'gated' coefficients do not apply to "
-            r"method 'pc'; use 'fixed', 'learned', 'ema'",
+            r"coefficients = 'gated' with encoder_method = 'pc': 'gated' coefficients do not "
+            r"apply to method 'pc'; use 'fixed', 'learned', 'ema'",
         ),
         (
             {"decoder_method": "pc", "decoder_coefficients": "gated"},
-            r"decoder_coefficients = 'gated' with decoder_method: .* method 'pc'",
+            r"decoder_coefficients = 'gated' with decoder_method = 'pc': .* method 'pc'",
         ),
         (
             {"encoder_method": "rk2", "decoder_method": "ab2", "coefficients": "gated"},
-            r"decoder_coefficients = 'gated' with decoder_method: .* method 'ab2'; "
+            r"decoder_coefficients = 'gated' with decoder_method = 'ab2': .* method 'ab2'; "
             r"use 'fixed', 'learned'",
         ),
         (

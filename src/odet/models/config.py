@@ -228,8 +228,12 @@ class Seq2SeqConfig:
         ):
             if getattr(self, method_key) == CONTINUOUS:
                 continue
-            problem = coefficient_problem(getattr(self, method_key), scheme)
-            check(not problem, f"Seq2SeqConfig.{key} = {scheme!r} with {method_key}: {problem}")
+            method = getattr(self, method_key)
+            problem = coefficient_problem(method, scheme)
+            check(
+                not problem,
+                f"Seq2SeqConfig.{key} = {scheme!r} with {method_key} = {method!r}: {problem}",
+            )
         for key, method_key in (
             ("encoder_history", "encoder_method"),
             ("decoder_history", "decoder_method"),
@@ -242,7 +246,10 @@ class Seq2SeqConfig:
                 if method == CONTINUOUS
                 else history_problem(method, history)
             )
-            check(not problem, f"Seq2SeqConfig.{key} = {history!r} with {method_key}: {problem}")
+            check(
+                not problem,
+                f"Seq2SeqConfig.{key} = {history!r} with {method_key} = {method!r}: {problem}",
+            )
         if self.tgt_vocab_size is not None:
             check(self.tgt_vocab_size >= 1, "Seq2SeqConfig.tgt_vocab_size must be >= 1")
         check(
