@@ -355,9 +355,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from odet.experiments.seq2seq import load_experiment, run_experiment
+    from odet.experiments.seq2seq import export_experiment, load_experiment, run_experiment
 
     config = load_experiment(args.config, list(args.set or []))
+    if args.export is not None:
+        report = export_experiment(config, args.export, variants=args.variants, seeds=args.seeds)
+        print(report.read_text(encoding="utf-8"))
+        return 0
     run_experiment(config, progress=not args.no_progress, variants=args.variants, seeds=args.seeds)
     print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
     return 0
@@ -860,6 +864,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=SEED,
         metavar="SEED",
         help="train only these seeds (default: all)",
+    )
+    p.add_argument(
+        "--export",
+        metavar="DIR",
+        help="train nothing: copy the finished runs' result files (no checkpoints) into "
+        "DIR/<variant>-seed<k>/ and write the report there over every run DIR holds (what a "
+        "repository commits; --variants/--seeds choose the runs copied)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

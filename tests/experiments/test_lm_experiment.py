@@ -63,6 +63,13 @@ def test_lm_experiment_trains_variants_and_seeds_and_tests_the_differences(
     assert (out / "rk2" / "seed2" / "summary.json").stat().st_mtime == mtime
     assert main(["experiment", str(experiment), "--no-progress", "--set", "optim.lr=0.01"]) != 0
     assert "optim.lr (0.003 -> 0.01)" in capsys.readouterr().err
+    # The export (result files only) reports the same table, and so does a rebuild from it.
+    dest = tmp_path / "results"
+    assert main(["experiment", str(experiment), "--export", str(dest)]) == 0
+    assert not (dest / "rk2-seed2" / "checkpoints").exists()
+    for name in ("results.md", "results.csv"):
+        assert (dest / name).read_text(encoding="utf-8") == (out / name).read_text(encoding="utf-8")
+    assert (dest / "loss_vs_time.png").stat().st_size > 1000
 
 
 def test_baselines_name_variants(experiment):

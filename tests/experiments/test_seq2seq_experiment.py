@@ -1,5 +1,6 @@
 import csv
 import json
+import shutil
 
 import yaml
 
@@ -141,3 +142,89 @@ def test_a_run_that_fails_numerically_does_not_stop_the_others(copy_data, tmp_pa
     )
     rows = list(csv.DictReader((tmp_path / "exp" / "results.csv").open()))
     assert [r["variant"] for r in rows] == ["euler"]
+
+
+def test_export_copies_result_files_and_rebuilds_the_same_report(copy_data, tmp_path, capsys):  # noqa: F811
+    """``--export DIR``: what a repository commits of an experiment. Each finished run's
+    top-level files (no checkpoints, averaged weights, tokenizer or run marker) go to
+    ``DIR/<variant>-seed<k>/``; the report rebuilt there from those files alone equals the one
+    written beside the runs; nothing exported is ever overwritten with something else."""
+    base = write_config(
+        tmp_path / "base.yaml",
+        tiny_config(
+            copy_data,
+            tmp_path / "unused",
+            data={"test": ["test.src", "test.tgt"]},
+            train={"max_updates": 4, "keep_last": 2, "save_every_updates": 2},
+        ),
+    )
+    experiment = {
+        "base": str(base),
+        "output_dir": str(tmp_path / "exp"),
+        "seeds": [1, 2],
+        "average_last": 2,
+        "variants": {"euler": {}, "rk2": {"model.encoder_method": "rk2"}},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    exp, dest = tmp_path / "exp", tmp_path / "results"
+    assert main(["experiment", str(path), "--no-progress", "--seeds", "1"]) == 0
+    assert main(["experiment", str(path), "--export", str(dest)]) == 0
+    run = exp / "euler" / "seed1"
+    assert (run / "checkpoints").is_dir() and (run / "avg2").is_dir()
+    assert sorted(p.name for p in (dest / "euler-seed1").iterdir()) == sorted(
+        p.name for p in run.iterdir() if p.is_file() and not p.name.startswith(".")
+    )
+    assert {"summary.json", "test.avg2.hyp", "metrics.jsonl"} <= {
+        p.name for p in (dest / "euler-seed1").iterdir()
+    }
+    for name in ("results.md", "results.csv"):
+        assert (dest / name).read_text() == (exp / name).read_text()
+    assert (dest / "bleu_vs_time.png").stat().st_size > 1000
+
+    # More runs later (another session, another machine): the export gathers them.
+    assert main(["experiment", str(path), "--no-progress", "--seeds", "2"]) == 0
+    assert main(["experiment", str(path), "--export", str(dest), "--seeds", "2"]) == 0
+    rows = list(csv.DictReader((dest / "results.csv").open()))
+    assert [(r["variant"], r["seed"]) for r in rows] == [
+        ("euler", "1"),
+        ("rk2", "1"),
+        ("euler", "2"),
+        ("rk2", "2"),
+    ]
+    assert (dest / "results.md").read_text() == (exp / "results.md").read_text()
+
+    # The runs themselves gone (a fresh checkout): the report rebuilds from the export alone.
+    shutil.rmtree(exp)
+    report = (dest / "results.md").read_text()
+    (dest / "results.md").unlink()
+    assert main(["experiment", str(path), "--export", str(dest)]) == 0
+    assert (dest / "results.md").read_text() == report
+
+    # A rerun of an exported run is another run (its logs differ): refused, and so is a run
+    # exported under another run's name, before anything is written.
+    assert main(["experiment", str(path), "--no-progress", "--seeds", "2"]) == 0
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["experiment", str(path), "--export", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "-seed2/" in err and "exists and differs from" in err and "nothing was copied" in err
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
+    shutil.copytree(dest / "euler-seed1", dest / "rk2-seed1", dirs_exist_ok=True)
+    assert main(["experiment", str(path), "--export", str(dest), "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "rk2-seed1 is not run rk2/seed1 of this experiment: its config differs in " in err
+    assert "model.encoder_method ('euler' -> 'rk2')" in err
+
+
+def test_export_with_no_finished_run_writes_nothing(copy_data, tmp_path, capsys):  # noqa: F811
+    base = write_config(tmp_path / "base.yaml", tiny_config(copy_data, tmp_path / "unused"))
+    experiment = {"base": str(base), "output_dir": str(tmp_path / "exp"), "variants": {"e": {}}}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    assert main(["experiment", str(path), "--export", str(tmp_path / "results")]) == 2
+    assert "no finished run to export" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+    (tmp_path / "file").write_text("x")
+    assert main(["experiment", str(path), "--export", str(tmp_path / "file")]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from odet.evaluation import paired_t_test
-from odet.experiments.seq2seq import ExperimentConfig, _mean_std, _plot, is_finished
+from odet.experiments.seq2seq import ExperimentConfig, _mean_std, _plot, is_finished, run_dir
 from odet.models import CausalLM
 from odet.training import LMTrainConfig, load_any_config
 
@@ -42,23 +42,26 @@ class LMRunResult:
     wall_seconds: float
     valid_loss: float
     """Exact validation loss, nats per token."""
+    run: Path
+    """The run's directory (in ``output_dir``, or an exported copy)."""
 
 
-def lm_results(config: ExperimentConfig) -> list[LMRunResult]:
-    """Every finished run of the experiment, seed by seed in variant order."""
+def lm_results(config: ExperimentConfig, exported: Path | None = None) -> list[LMRunResult]:
+    """Every finished run of the experiment (in ``output_dir``, or in the export
+    ``exported``), seed by seed in variant order."""
     return [
-        lm_result(config, variant, seed)
+        lm_result(config, variant, seed, run_dir(config, variant, seed, exported))
         for seed in config.seeds
         for variant in config.variants
-        if is_finished(config, variant, seed)
+        if is_finished(config, variant, seed, exported)
     ]
 
 
-def lm_result(config: ExperimentConfig, variant: str, seed: int) -> LMRunResult:
-    """The figures of one finished run (its ``summary.json`` and its model's shape)."""
+def lm_result(config: ExperimentConfig, variant: str, seed: int, run: Path) -> LMRunResult:
+    """The figures of the finished run in ``run`` (its ``summary.json`` and its model's
+    shape)."""
     train_config = load_any_config(config.base, config.run_overrides(variant, seed))
     assert isinstance(train_config, LMTrainConfig)
-    run = Path(train_config.output_dir)
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     model_config = train_config.model_config(int(summary["vocab_size"]))
     with torch.device("meta"):
@@ -72,12 +75,16 @@ def lm_result(config: ExperimentConfig, variant: str, seed: int) -> LMRunResult:
         updates=int(summary["steps"]),
         wall_seconds=float(summary["elapsed_seconds"]),
         valid_loss=float(summary["valid_loss"]),
+        run=run,
     )
 
 
-def write_lm_report(config: ExperimentConfig, results: list[LMRunResult]) -> Path:
-    """``results.md``, ``results.csv`` and ``loss_vs_time.png`` under ``output_dir``."""
-    out = Path(config.output_dir)
+def write_lm_report(
+    config: ExperimentConfig, results: list[LMRunResult], out: Path | None = None
+) -> Path:
+    """``results.md``, ``results.csv`` and ``loss_vs_time.png`` under ``out`` (default:
+    ``output_dir``)."""
+    out = Path(config.output_dir) if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
     columns = [
         "variant",
@@ -95,7 +102,7 @@ def write_lm_report(config: ExperimentConfig, results: list[LMRunResult]) -> Pat
         for r in results:
             writer.writerow([getattr(r, c) for c in columns])
     lines = [
-        f"# Experiment `{out.name}`",
+        f"# Experiment `{Path(config.output_dir).name}`",
         "",
         f"Base config `{config.base}`, seeds {list(config.seeds)}, overrides "
         f"`{' '.join(config.overrides) or '–'}`. Validation loss: the exact pass over the whole "

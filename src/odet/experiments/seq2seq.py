@@ -22,14 +22,23 @@ translation report is rewritten: ``results.md`` / ``results.csv`` (per variant: 
 updates, wall time, valid BLEU, test BLEU — sacreBLEU and lower-cased tokenized — and the
 checkpoint-averaged test decode's wall time, mean ± std over seeds) and ``bleu_vs_time.png``
 (validation BLEU against training wall-clock time).
+
+Runs are too large to keep in a repository (checkpoints), their results are not: ``odet
+experiment CONFIG --export DIR`` (:func:`export_experiment`) copies each finished run's result
+files — config, metrics, log, summary, test hypotheses; no checkpoints, averaged weights or
+tokenizer — into ``DIR/<variant>-seed<k>/`` and writes the report there over every run that
+``DIR`` holds, so runs trained on several machines or in several sessions gather in one place,
+and the report can be rebuilt from the exported files alone.
 """
 
 from __future__ import annotations
 
 import csv
+import filecmp
 import json
 import logging
 import math
+import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -39,6 +48,7 @@ from typing import Any
 import torch
 
 from odet.config import check, check_name, check_seed, check_types, from_dict, load_yaml
+from odet.data import DataError
 from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, tokenized_bleu
 from odet.evaluation.files import read_all_lines
 from odet.inference import Translator, load_model_and_tokenizers
@@ -49,7 +59,7 @@ from odet.training.average import average_checkpoints
 from odet.training.metrics import MetricsLog
 from odet.training.prepare import check_data_files
 from odet.training.run_dir import check_output_dir as check_run_dir
-from odet.training.run_dir import is_run_dir
+from odet.training.run_dir import config_changes, is_resume_safe, is_run_dir
 
 logger = logging.getLogger("odet.experiment")
 
@@ -120,6 +130,8 @@ class RunResult:
     valid_bleu: float | None
     test_bleu: float | None
     test_bleu_tok: float | None
+    run: Path
+    """The run's directory (in ``output_dir``, or an exported copy)."""
     averaged: dict[str, float] = field(default_factory=dict)
     # the lower-cased 13a-tokenized test output behind the compared "tok" score, and references
     compared: list[str] | None = field(default=None, repr=False)
@@ -211,9 +223,21 @@ def is_lm_experiment(config: ExperimentConfig) -> bool:
     return isinstance(load_any_config(config.base, list(config.overrides)), LMTrainConfig)
 
 
-def is_finished(config: ExperimentConfig, variant: str, seed: int) -> bool:
+def run_dir(
+    config: ExperimentConfig, variant: str, seed: int, exported: Path | None = None
+) -> Path:
+    """Where a run lives: ``<output_dir>/<variant>/seed<k>``, or ``<exported>/<variant>-seed<k>``
+    for the copy that :func:`export_experiment` made into ``exported``."""
+    if exported is None:
+        return Path(config.output_dir) / variant / f"seed{seed}"
+    return Path(exported) / f"{variant}-seed{seed}"
+
+
+def is_finished(
+    config: ExperimentConfig, variant: str, seed: int, exported: Path | None = None
+) -> bool:
     """Whether the run has finished (has ``summary.json``)."""
-    return (Path(config.output_dir) / variant / f"seed{seed}" / "summary.json").is_file()
+    return (run_dir(config, variant, seed, exported) / "summary.json").is_file()
 
 
 def _has_runs(out: Path) -> bool:
@@ -221,14 +245,106 @@ def _has_runs(out: Path) -> bool:
     return any(is_run_dir(run) for run in out.glob("*/seed*"))
 
 
-def finished_results(config: ExperimentConfig) -> list[RunResult]:
-    """Results of every run of the experiment that has finished (has ``summary.json``)."""
+def finished_results(config: ExperimentConfig, exported: Path | None = None) -> list[RunResult]:
+    """Results of every run of the experiment that has finished (has ``summary.json``), in
+    ``output_dir`` or, given ``exported``, in that export (:func:`export_experiment`)."""
     return [
-        _result(config, variant, seed)
+        _result(config, variant, seed, run_dir(config, variant, seed, exported))
         for seed in config.seeds
         for variant in config.variants
-        if is_finished(config, variant, seed)
+        if is_finished(config, variant, seed, exported)
     ]
+
+
+LOCATION_KEYS = ("output_dir", "data.data_dir")
+"""Where a run was written and read its data: an exported run is the same run wherever those
+were."""
+
+
+def export_experiment(
+    config: ExperimentConfig,
+    dest: str | Path,
+    *,
+    variants: list[str] | None = None,
+    seeds: list[int] | None = None,
+) -> Path:
+    """Copy the finished runs' result files into ``dest`` and write the report there.
+
+    Each selected finished run of ``output_dir`` (default: all; none is trained) has its
+    top-level files copied into ``dest/<variant>-seed<k>/`` — not its folders (checkpoints,
+    averaged weights, tokenizer) nor hidden files (the run marker). A file that would change
+    is refused before anything is copied, and so is an exported run whose config differs from
+    the one the experiment gives it in a key other than ``output_dir``, ``data.data_dir`` and
+    the keys a resume may change. The report (``results.md``/``.csv`` and the plot) is then
+    rewritten in ``dest`` over every run that ``dest`` holds, copied now or before; its
+    checkpoint-averaged scores come from the exported ``test.avg<N>.hyp`` files. Returns the
+    report's ``results.md``.
+    """
+    chosen_variants = _select(variants, list(config.variants), "variant")
+    chosen_seeds = _select(seeds, list(config.seeds), "seed")
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise DataError(f"--export {dest} exists and is not a directory")
+    copies: list[tuple[Path, Path]] = []
+    for seed in chosen_seeds:
+        for variant in chosen_variants:
+            if not is_finished(config, variant, seed):
+                continue
+            source = run_dir(config, variant, seed)
+            target = run_dir(config, variant, seed, dest)
+            for file in sorted(source.iterdir()):
+                if not file.is_file() or file.name.startswith("."):
+                    continue
+                copy = target / file.name
+                if copy.exists() and not (copy.is_file() and filecmp.cmp(file, copy, False)):
+                    raise DataError(
+                        f"{copy} exists and differs from {file}: another run was exported "
+                        "there; export into a new folder (nothing was copied)"
+                    )
+                copies.append((file, copy))
+    runs = {
+        (variant, seed): run_dir(config, variant, seed, dest)
+        for seed in config.seeds
+        for variant in config.variants
+        if is_finished(config, variant, seed, dest)
+    }
+    for seed in chosen_seeds:
+        for variant in chosen_variants:
+            if is_finished(config, variant, seed):
+                runs[variant, seed] = run_dir(config, variant, seed)
+    if not runs:
+        raise DataError(
+            f"no finished run to export: none in {config.output_dir} (variants "
+            f"{chosen_variants}, seeds {chosen_seeds}) nor in {dest}; nothing was written"
+        )
+    for (variant, seed), run in runs.items():
+        _check_same_run(config, variant, seed, run)
+    for file, copy in copies:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(file, copy)
+    if is_lm_experiment(config):
+        from odet.experiments.lm import lm_results, write_lm_report
+
+        return write_lm_report(config, lm_results(config, dest), dest)
+    return write_report(config, finished_results(config, dest), dest)
+
+
+def _check_same_run(config: ExperimentConfig, variant: str, seed: int, run: Path) -> None:
+    """Refuse ``run`` unless its saved config is the one the experiment gives (variant, seed),
+    up to where it was written and read its data and the keys a resume may change."""
+    saved = load_yaml(run / "config.yaml")
+    expected = load_any_config(config.base, config.run_overrides(variant, seed)).to_dict()
+    changed = {
+        key: values
+        for key, values in config_changes(saved, expected).items()
+        if key not in LOCATION_KEYS and not is_resume_safe(key)
+    }
+    if changed:
+        listed = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in changed.items())
+        raise DataError(
+            f"{run} is not run {variant}/seed{seed} of this experiment: its config differs in "
+            f"{listed} (nothing was copied)"
+        )
 
 
 def _select(chosen: list[Any] | None, available: list[Any], what: str) -> list[Any]:
@@ -250,10 +366,10 @@ def _train(config: ExperimentConfig, variant: str, seed: int, progress: bool) ->
         train(train_config, progress=progress)
 
 
-def _result(config: ExperimentConfig, variant: str, seed: int) -> RunResult:
-    """The scores of one finished run (the checkpoint-averaged test decode is cached)."""
+def _result(config: ExperimentConfig, variant: str, seed: int, run: Path) -> RunResult:
+    """The scores of the finished run in ``run`` (the checkpoint-averaged test decode is
+    cached)."""
     train_config = load_train_config(config.base, config.run_overrides(variant, seed))
-    run = Path(train_config.output_dir)
     summary_file = run / "summary.json"
     summary = json.loads(summary_file.read_text())
     references = (
@@ -282,6 +398,7 @@ def _result(config: ExperimentConfig, variant: str, seed: int) -> RunResult:
         valid_bleu=max((r["bleu"] for r in valid if r.get("bleu") is not None), default=None),
         test_bleu=summary.get("test", {}).get("bleu"),
         test_bleu_tok=test_tok,
+        run=run,
         averaged=averaged,
         compared=[tokenize_13a_lower(h) for h in compared] if compared is not None else None,
         references=[tokenize_13a_lower(r) for r in references] if references else None,
@@ -305,6 +422,8 @@ def _averaged_test(config: Any, run: Path, last: int, references: list[str]) -> 
     hyp_file = run / f"test.avg{last}.hyp"
     time_file = run / f"test.avg{last}.time.json"
     if not hyp_file.is_file():
+        if not (run / "checkpoints" / "index.json").is_file():  # an export keeps no weights
+            return {}
         index = json.loads((run / "checkpoints" / "index.json").read_text())
         if len(index["checkpoints"]) < last:
             return {}
@@ -334,9 +453,12 @@ def _mean_std(values: list[float | None], digits: int = 2) -> str:
     return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
 
 
-def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
-    """``results.md``, ``results.csv`` and ``bleu_vs_time.png`` under ``output_dir``."""
-    out = Path(config.output_dir)
+def write_report(
+    config: ExperimentConfig, results: list[RunResult], out: Path | None = None
+) -> Path:
+    """``results.md``, ``results.csv`` and ``bleu_vs_time.png`` under ``out`` (default:
+    ``output_dir``)."""
+    out = Path(config.output_dir) if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "results.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -372,7 +494,7 @@ def write_report(config: ExperimentConfig, results: list[RunResult]) -> Path:
                 ]
             )
     lines = [
-        f"# Experiment `{out.name}`",
+        f"# Experiment `{Path(config.output_dir).name}`",
         "",
         f"Base config `{config.base}`, seeds {list(config.seeds)}, overrides "
         f"`{' '.join(config.overrides) or '–'}`. Mean ± std over seeds; test BLEU is sacreBLEU "
@@ -494,8 +616,8 @@ def _plot(
     metric: str = "bleu",
     ylabel: str = "valid BLEU (greedy)",
 ) -> None:
-    """``metric`` of the ``valid`` records (not the final exact pass) of every run against its
-    training wall-clock, one colour per variant."""
+    """``metric`` of the ``valid`` records (not the final exact pass) of every run (each result's
+    ``run`` directory) against its training wall-clock, one colour per variant."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -504,8 +626,7 @@ def _plot(
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, variant in enumerate(config.variants):
         for r in (r for r in results if r.variant == variant):
-            run = Path(config.output_dir) / variant / f"seed{r.seed}"
-            records = MetricsLog(run / "metrics.jsonl").read()
+            records = MetricsLog(r.run / "metrics.jsonl").read()
             train_times = [(x["step"], x["elapsed"]) for x in records if x["event"] == "train"]
             points = []
             for x in records:
