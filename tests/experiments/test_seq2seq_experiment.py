@@ -9,21 +9,25 @@ from odet.evaluation import tokenize_13a_lower, tokenized_bleu
 from tests.training.conftest import copy_data, tiny_config, write_config  # noqa: F401
 
 
-def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_data, tmp_path):  # noqa: F811
-    base = write_config(
+def _base_with_test_set(data, tmp_path, **train):
+    """A tiny base config with a test set (so runs decode it) and these ``train`` keys."""
+    return write_config(
         tmp_path / "base.yaml",
         tiny_config(
-            copy_data,
-            tmp_path / "unused",
-            data={"test": ["test.src", "test.tgt"]},
-            train={
-                "max_updates": 6,
-                "valid_metric": "bleu",
-                "best_metric": "metric",
-                "keep_last": 2,
-                "save_every_updates": 3,
-            },
+            data, tmp_path / "unused", data={"test": ["test.src", "test.tgt"]}, train=train
         ),
+    )
+
+
+def test_experiment_trains_every_variant_and_seed_and_writes_the_report(copy_data, tmp_path):  # noqa: F811
+    base = _base_with_test_set(
+        copy_data,
+        tmp_path,
+        max_updates=6,
+        valid_metric="bleu",
+        best_metric="metric",
+        keep_last=2,
+        save_every_updates=3,
     )
     experiment = {
         "base": str(base),
@@ -149,14 +153,8 @@ def test_export_copies_result_files_and_rebuilds_the_same_report(copy_data, tmp_
     top-level files (no checkpoints, averaged weights, tokenizer or run marker) go to
     ``DIR/<variant>-seed<k>/``; the report rebuilt there from those files alone equals the one
     written beside the runs; nothing exported is ever overwritten with something else."""
-    base = write_config(
-        tmp_path / "base.yaml",
-        tiny_config(
-            copy_data,
-            tmp_path / "unused",
-            data={"test": ["test.src", "test.tgt"]},
-            train={"max_updates": 4, "keep_last": 2, "save_every_updates": 2},
-        ),
+    base = _base_with_test_set(
+        copy_data, tmp_path, max_updates=4, keep_last=2, save_every_updates=2
     )
     experiment = {
         "base": str(base),
