@@ -355,9 +355,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from odet.experiments.seq2seq import export_experiment, load_experiment, run_experiment
+    from odet.experiments.seq2seq import (
+        experiment_status,
+        export_experiment,
+        load_experiment,
+        run_experiment,
+        status_table,
+    )
 
     config = load_experiment(args.config, list(args.set or []))
+    if args.status is not None:
+        exported = Path(args.status) if args.status else None
+        print(status_table(experiment_status(config, exported), exported))
+        return 0
     if args.export is not None:
         report = export_experiment(config, args.export, variants=args.variants, seeds=args.seeds)
         print(report.read_text(encoding="utf-8"))
@@ -864,6 +874,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=SEED,
         metavar="SEED",
         help="train only these seeds (default: all)",
+    )
+    p.add_argument(
+        "--status",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="train nothing: which runs are finished, in progress (updates done) or not "
+        "started; with DIR, also which ones an --export into DIR holds",
     )
     p.add_argument(
         "--export",

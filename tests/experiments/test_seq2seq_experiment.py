@@ -226,3 +226,35 @@ def test_export_with_no_finished_run_writes_nothing(copy_data, tmp_path, capsys)
     (tmp_path / "file").write_text("x")
     assert main(["experiment", str(path), "--export", str(tmp_path / "file")]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
+
+
+def test_status_names_finished_in_progress_and_exported_runs(copy_data, tmp_path, capsys):  # noqa: F811
+    base = write_config(
+        tmp_path / "base.yaml",
+        tiny_config(copy_data, tmp_path / "unused", train={"max_updates": 2}),
+    )
+    experiment = {
+        "base": str(base),
+        "output_dir": str(tmp_path / "exp"),
+        "seeds": [1, 2],
+        "variants": {"euler": {}, "rk2": {"model.encoder_method": "rk2"}},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    assert main(["experiment", str(path), "--no-progress", "--variants", "euler"]) == 0
+    dest = tmp_path / "results"
+    assert main(["experiment", str(path), "--export", str(dest), "--seeds", "1"]) == 0
+    shutil.rmtree(tmp_path / "exp" / "euler" / "seed1")  # kept only in the export now
+    stopped = tmp_path / "exp" / "rk2" / "seed2"
+    stopped.mkdir(parents=True)
+    (stopped / "metrics.jsonl").write_text('{"event": "train", "step": 1, "loss": 3.0}\n')
+    capsys.readouterr()
+    assert main(["experiment", str(path), "--status", str(dest)]) == 0
+    table = capsys.readouterr().out
+    assert "| euler | 1 | finished | 2/2 | yes |" in table
+    assert "| rk2 | 1 | not started | 0/2 | no |" in table
+    assert "| euler | 2 | finished | 2/2 | no |" in table
+    assert "| rk2 | 2 | in progress | 1/2 | no |" in table
+    assert f"4 runs: 2 finished, 1 in progress, 1 not started; 1 in {dest}." in table
+    assert main(["experiment", str(path), "--status"]) == 0
+    assert "| euler | 1 | not started | 0/2 |\n" in capsys.readouterr().out

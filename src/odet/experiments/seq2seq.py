@@ -256,6 +256,68 @@ def finished_results(config: ExperimentConfig, exported: Path | None = None) -> 
     ]
 
 
+RUN_STATES = ("finished", "in progress", "not started")
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Where one (variant, seed) of an experiment stands (:func:`experiment_status`)."""
+
+    variant: str
+    seed: int
+    state: str
+    """``"finished"``, ``"in progress"`` (a run folder with updates or not yet) or
+    ``"not started"``; a run found only in the export counts as finished."""
+    exported: bool
+    updates: int
+    """Updates done: the finished run's, or the last logged by a run in progress."""
+    max_updates: int
+    """The run's ``train.max_updates`` (0: no cap)."""
+
+
+def experiment_status(config: ExperimentConfig, exported: Path | None = None) -> list[RunStatus]:
+    """Every (variant, seed) of the experiment, seed by seed in variant order: finished, in
+    progress or not started in ``output_dir``, and whether ``exported`` holds it. Reads the
+    runs' files only; trains and writes nothing."""
+    statuses = []
+    for seed in config.seeds:
+        for variant in config.variants:
+            run = run_dir(config, variant, seed)
+            in_export = exported is not None and is_finished(config, variant, seed, exported)
+            finished = is_finished(config, variant, seed)
+            if finished or in_export:
+                summary_file = run_dir(config, variant, seed, None if finished else exported)
+                summary = json.loads((summary_file / "summary.json").read_text("utf-8"))
+                state, updates = "finished", int(summary["steps"])
+            elif run.is_dir():
+                steps = [
+                    int(r["step"])
+                    for r in MetricsLog(run / "metrics.jsonl").read()
+                    if r.get("event") == "train" and "step" in r
+                ]
+                state, updates = "in progress", max(steps, default=0)
+            else:
+                state, updates = "not started", 0
+            run_config = load_any_config(config.base, config.run_overrides(variant, seed))
+            statuses.append(
+                RunStatus(variant, seed, state, in_export, updates, run_config.train.max_updates)
+            )
+    return statuses
+
+
+def status_table(statuses: list[RunStatus], exported: Path | None = None) -> str:
+    """:func:`experiment_status` as a Markdown table, with a line of counts."""
+    lines = ["| variant | seed | state | updates |" + (" exported |" if exported else "")]
+    lines.append("|---|---|---|---|" + ("---|" if exported else ""))
+    for s in statuses:
+        updates = f"{s.updates}/{s.max_updates}" if s.max_updates else str(s.updates)
+        exported_cell = (" yes |" if s.exported else " no |") if exported else ""
+        lines.append(f"| {s.variant} | {s.seed} | {s.state} | {updates} |{exported_cell}")
+    counts = ", ".join(f"{sum(s.state == state for s in statuses)} {state}" for state in RUN_STATES)
+    held = f"; {sum(s.exported for s in statuses)} in {exported}" if exported else ""
+    return "\n".join([*lines, "", f"{len(statuses)} runs: {counts}{held}."])
+
+
 LOCATION_KEYS = ("output_dir", "data.data_dir")
 """Where a run was written and read its data: an exported run is the same run wherever those
 were."""
