@@ -381,9 +381,12 @@ def export_experiment(
         )
     for (variant, seed), run in runs.items():
         _check_same_run(config, variant, seed, run)
-    for file, copy in copies:
+    # summary.json last: a copy cut short is not a finished run, and a rerun completes it
+    for file, copy in sorted(copies, key=lambda pair: pair[1].name == "summary.json"):
         copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(file, copy)
+        partial = copy.with_name(copy.name + ".part")
+        shutil.copy2(file, partial)
+        partial.replace(copy)
     if is_lm_experiment(config):
         from odet.experiments.lm import lm_results, write_lm_report
 
