@@ -875,7 +875,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SEED",
         help="train only these seeds (default: all)",
     )
-    p.add_argument(
+    only = p.add_mutually_exclusive_group()
+    only.add_argument(
         "--status",
         nargs="?",
         const="",
@@ -883,7 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train nothing: which runs are finished, in progress (updates done) or not "
         "started; with DIR, also which ones an --export into DIR holds",
     )
-    p.add_argument(
+    only.add_argument(
         "--export",
         metavar="DIR",
         help="train nothing: copy the finished runs' result files (no checkpoints) into "

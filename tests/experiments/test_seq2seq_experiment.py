@@ -2,6 +2,7 @@ import csv
 import json
 import shutil
 
+import pytest
 import yaml
 
 from odet.cli import main
@@ -226,6 +227,11 @@ def test_export_with_no_finished_run_writes_nothing(copy_data, tmp_path, capsys)
     (tmp_path / "file").write_text("x")
     assert main(["experiment", str(path), "--export", str(tmp_path / "file")]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
+    assert main(["experiment", str(path), "--export", " "]) == 2
+    assert "--export needs a folder to export into" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["experiment", str(path), "--export", "x", "--status"])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
 def test_status_names_finished_in_progress_and_exported_runs(copy_data, tmp_path, capsys):  # noqa: F811

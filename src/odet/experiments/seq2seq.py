@@ -344,6 +344,8 @@ def export_experiment(
     """
     chosen_variants = _select(variants, list(config.variants), "variant")
     chosen_seeds = _select(seeds, list(config.seeds), "seed")
+    if not str(dest).strip():
+        raise DataError("--export needs a folder to export into, got an empty name")
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise DataError(f"--export {dest} exists and is not a directory")
