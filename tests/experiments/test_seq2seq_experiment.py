@@ -264,3 +264,5 @@ def test_status_names_finished_in_progress_and_exported_runs(copy_data, tmp_path
     assert f"4 runs: 2 finished, 1 in progress, 1 not started; 1 in {dest}." in table
     assert main(["experiment", str(path), "--status"]) == 0
     assert "| euler | 1 | not started | 0/2 |\n" in capsys.readouterr().out
+    assert main(["experiment", str(path), "--status", str(tmp_path / "typo")]) == 2
+    assert "typo: no such folder" in capsys.readouterr().err

@@ -279,6 +279,8 @@ def experiment_status(config: ExperimentConfig, exported: Path | None = None) ->
     """Every (variant, seed) of the experiment, seed by seed in variant order: finished, in
     progress or not started in ``output_dir``, and whether ``exported`` holds it. Reads the
     runs' files only; trains and writes nothing."""
+    if exported is not None and not Path(exported).is_dir():
+        raise DataError(f"--status {exported}: no such folder (an --export makes it)")
     statuses = []
     for seed in config.seeds:
         for variant in config.variants:
