@@ -266,3 +266,20 @@ def test_status_names_finished_in_progress_and_exported_runs(copy_data, tmp_path
     assert "| euler | 1 | not started | 0/2 |\n" in capsys.readouterr().out
     assert main(["experiment", str(path), "--status", str(tmp_path / "typo")]) == 2
     assert "typo: no such folder" in capsys.readouterr().err
+    assert main(["experiment", str(path), "--status", str(base)]) == 2
+    assert f"{base}: not a folder" in capsys.readouterr().err
+
+
+def test_a_missing_base_config_is_named_with_the_folder_it_was_read_from(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "exp.yaml").write_text(
+        yaml.safe_dump({"base": "configs/x.yaml", "output_dir": "out", "variants": {"e": {}}})
+    )
+    monkeypatch.chdir(tmp_path)
+    for args in (["--status"], ["--export", "dest"], ["--no-progress"]):
+        assert main(["experiment", "exp.yaml", *args]) == 2
+        err = capsys.readouterr().err
+        assert f"experiment.base (read from the current folder, {tmp_path}): " in err
+        assert "config file not found: configs/x.yaml" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]

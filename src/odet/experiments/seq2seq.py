@@ -47,7 +47,15 @@ from typing import Any
 
 import torch
 
-from odet.config import check, check_name, check_seed, check_types, from_dict, load_yaml
+from odet.config import (
+    ConfigError,
+    check,
+    check_name,
+    check_seed,
+    check_types,
+    from_dict,
+    load_yaml,
+)
 from odet.data import DataError
 from odet.evaluation import corpus_bleu, paired_bleu_test, tokenize_13a_lower, tokenized_bleu
 from odet.evaluation.files import read_all_lines
@@ -156,7 +164,17 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     if overrides:
         saved = data.get("overrides", [])
         data = {**data, "overrides": [*saved, *overrides] if isinstance(saved, list) else saved}
-    return from_dict(ExperimentConfig, data, where="experiment")
+    config = from_dict(ExperimentConfig, data, where="experiment")
+    try:
+        load_yaml(config.base)
+    except ConfigError as error:
+        where = (
+            ""
+            if Path(config.base).is_absolute()
+            else f" (read from the current folder, {Path.cwd()})"
+        )
+        raise ConfigError(f"experiment.base{where}: {error}") from None
+    return config
 
 
 def run_experiment(
@@ -280,7 +298,8 @@ def experiment_status(config: ExperimentConfig, exported: Path | None = None) ->
     progress or not started in ``output_dir``, and whether ``exported`` holds it. Reads the
     runs' files only; trains and writes nothing."""
     if exported is not None and not Path(exported).is_dir():
-        raise DataError(f"--status {exported}: no such folder (an --export makes it)")
+        what = "not a folder" if Path(exported).exists() else "no such folder"
+        raise DataError(f"--status {exported}: {what} (an --export makes it)")
     statuses = []
     for seed in config.seeds:
         for variant in config.variants:
