@@ -366,7 +366,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     config = load_experiment(args.config, list(args.set or []))
     if args.status is not None:
         exported = Path(args.status) if args.status else None
-        print(status_table(experiment_status(config, exported), exported))
+        statuses = experiment_status(config, exported, variants=args.variants, seeds=args.seeds)
+        print(status_table(statuses, exported))
         return 0
     if args.export is not None:
         report = export_experiment(config, args.export, variants=args.variants, seeds=args.seeds)
@@ -866,14 +867,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="an override for every run, e.g. --set data.data_dir=PATH",
     )
     p.add_argument(
-        "--variants", nargs="+", metavar="NAME", help="train only these variants (default: all)"
+        "--variants",
+        nargs="+",
+        metavar="NAME",
+        help="only these variants: to train, --export or --status (default: all)",
     )
     p.add_argument(
         "--seeds",
         nargs="+",
         type=SEED,
         metavar="SEED",
-        help="train only these seeds (default: all)",
+        help="only these seeds: to train, --export or --status (default: all)",
     )
     only = p.add_mutually_exclusive_group()
     only.add_argument(
@@ -971,7 +975,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")
     p.add_argument("--out", required=True, help="directory for the tables and plots")
     p.add_argument("--seeds", type=SEED, nargs="+", help="train only these of the config's seeds")
-    p.add_argument("--variants", nargs="+", help="train only these variants (default: all)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        help="only these variants: to train, --export or --status (default: all)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--trace",

@@ -266,6 +266,12 @@ def test_status_names_finished_in_progress_and_exported_runs(copy_data, tmp_path
     assert "| euler | 1 | not started | 0/2 |\n" in capsys.readouterr().out
     assert main(["experiment", str(path), "--status", str(tmp_path / "typo")]) == 2
     assert "typo: no such folder" in capsys.readouterr().err
+    assert main(["experiment", str(path), "--status", "--variants", "rk2", "--seeds", "2"]) == 0
+    assert capsys.readouterr().out.count("| rk2 | 2 | in progress | 1/2 |") == 1
+    assert main(["experiment", str(path), "--status", "--variants", "rk3"]) == 2
+    assert "unknown variant(s) ['rk3']" in capsys.readouterr().err
+    assert main(["experiment", str(path), "--status", "--seeds", "9"]) == 2
+    assert "unknown seed(s) [9]" in capsys.readouterr().err
     assert main(["experiment", str(path), "--status", str(base)]) == 2
     assert f"{base}: not a folder" in capsys.readouterr().err
 

@@ -293,16 +293,24 @@ class RunStatus:
     """The run's ``train.max_updates`` (0: no cap)."""
 
 
-def experiment_status(config: ExperimentConfig, exported: Path | None = None) -> list[RunStatus]:
-    """Every (variant, seed) of the experiment, seed by seed in variant order: finished, in
-    progress or not started in ``output_dir``, and whether ``exported`` holds it. Reads the
-    runs' files only; trains and writes nothing."""
+def experiment_status(
+    config: ExperimentConfig,
+    exported: Path | None = None,
+    *,
+    variants: list[str] | None = None,
+    seeds: list[int] | None = None,
+) -> list[RunStatus]:
+    """Every selected (variant, seed) of the experiment (default: all), seed by seed in variant
+    order: finished, in progress or not started in ``output_dir``, and whether ``exported``
+    holds it. Reads the runs' files only; trains and writes nothing."""
+    chosen_variants = _select(variants, list(config.variants), "variant")
+    chosen_seeds = _select(seeds, list(config.seeds), "seed")
     if exported is not None and not Path(exported).is_dir():
         what = "not a folder" if Path(exported).exists() else "no such folder"
         raise DataError(f"--status {exported}: {what} (an --export makes it)")
     statuses = []
-    for seed in config.seeds:
-        for variant in config.variants:
+    for seed in chosen_seeds:
+        for variant in chosen_variants:
             run = run_dir(config, variant, seed)
             in_export = exported is not None and is_finished(config, variant, seed, exported)
             finished = is_finished(config, variant, seed)
