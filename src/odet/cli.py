@@ -975,11 +975,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="parity config (YAML), e.g. configs/parity/quick.yaml")
     p.add_argument("--out", required=True, help="directory for the tables and plots")
     p.add_argument("--seeds", type=SEED, nargs="+", help="train only these of the config's seeds")
-    p.add_argument(
-        "--variants",
-        nargs="+",
-        help="only these variants: to train, --export or --status (default: all)",
-    )
+    p.add_argument("--variants", nargs="+", help="train only these variants (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--trace",
