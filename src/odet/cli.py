@@ -761,9 +761,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--precision",
-        choices=["fp32", "bf16", "int8"],
+        choices=["fp32", "bf16", "int8", "auto"],
         help="bf16: a bf16 copy of the model, faster where the CPU or GPU has bf16 units; "
-        "int8: a copy with int8 linear layers, CPU only (speeds and BLEU: benchmarks/RESULTS.md)",
+        "int8: a copy with int8 linear layers, CPU only; auto: bf16 where the device has bf16 "
+        "units, else fp32 (speeds and BLEU: benchmarks/RESULTS.md) "
+        f"{RUN}",
     )
     p.add_argument(
         "--compile",

@@ -3,10 +3,12 @@ tests/training/test_trainer.py)."""
 
 import json
 
+import pytest
 import torch
 
+import odet.nn.precision
 from odet.generation import GenerationConfig
-from odet.inference import Translator
+from odet.inference import Translator, resolve_decode_precision
 from odet.models import Seq2Seq
 from tests.models.test_seq2seq import small_config, sources
 
@@ -24,6 +26,31 @@ def test_bf16_precision_decodes_with_a_bf16_copy_and_leaves_the_model_in_fp32():
     torch.testing.assert_close(half.float(), full, atol=0.1, rtol=0.05)
     fp32 = Translator(model, tokenizers=None, config=GenerationConfig(gemm="torch"))
     assert fp32._inference_model() is model
+
+
+@pytest.mark.parametrize(("flags", "expected"), [("avx512_bf16", "bf16"), ("avx2", "fp32")])
+def test_auto_precision_decodes_in_bf16_only_where_the_cpu_has_bf16_units(
+    flags, expected, monkeypatch
+):
+    monkeypatch.setattr(odet.nn.precision, "cpu_flags", lambda: frozenset({flags}))
+    cpu = torch.device("cpu")
+    assert resolve_decode_precision("auto", cpu) == expected
+    assert [resolve_decode_precision(p, cpu) for p in ("fp32", "bf16", "int8")] == [
+        "fp32",
+        "bf16",
+        "int8",
+    ]
+    model = Seq2Seq(small_config()).eval()
+    config = GenerationConfig(precision="auto", gemm="torch")
+    decoding = Translator(model, tokenizers=None, config=config)._inference_model()
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[expected]
+    assert next(decoding.parameters()).dtype == dtype
+    assert (decoding is model) == (expected == "fp32")
+
+
+def test_onednn_gemms_refuse_a_precision_that_may_be_bf16():
+    with pytest.raises(ValueError, match="generation.precision auto"):
+        GenerationConfig(precision="auto", gemm="onednn")
 
 
 def test_from_checkpoint_translates_as_the_model_generates(tmp_path):

@@ -235,3 +235,14 @@ def test_a_bf16_run_trains_in_bf16_but_validates_and_decodes_in_fp32(
     training = {autocast for grad, autocast in seen if grad}
     evaluation = {autocast for grad, autocast in seen if not grad}
     assert training == {True} and evaluation == {False}
+
+
+def test_an_auto_evaluation_precision_is_decided_for_the_device(monkeypatch):
+    """generation.precision auto evaluates in bf16 where the CPU has bf16 units, else fp32."""
+    import odet.nn.precision
+    from odet.training.step import ForwardPrecision
+
+    cpu = torch.device("cpu")
+    for flags, expected in (("avx512_bf16", "bf16"), ("amx_bf16", "bf16"), ("avx2", "fp32")):
+        monkeypatch.setattr(odet.nn.precision, "cpu_flags", lambda f=flags: frozenset({f}))
+        assert ForwardPrecision.for_evaluation("auto", cpu).precision == expected

@@ -11,8 +11,10 @@ from odet.generation.strategies import SearchStrategy, StrategyName, make_strate
 
 __all__ = ["DECODE_PRECISIONS", "GEMMS", "DecodePrecision", "Gemm", "GenerationConfig"]
 
-DecodePrecision = Literal["fp32", "bf16", "int8"]
-"""Training precisions plus ``"int8"`` (decoding only: :mod:`odet.nn.quantization`)."""
+DecodePrecision = Literal["fp32", "bf16", "int8", "auto"]
+"""Training precisions plus ``"int8"`` (decoding only: :mod:`odet.nn.quantization`); ``"auto"``
+is bf16 where the device multiplies bf16 natively, else fp32, as for ``train.precision``
+(:func:`odet.inference.resolve_decode_precision`)."""
 DECODE_PRECISIONS: tuple[DecodePrecision, ...] = get_args(DecodePrecision)
 
 Gemm = Literal["auto", "torch", "onednn"]
@@ -54,7 +56,9 @@ class GenerationConfig:
     batch_tokens: int = 4096
     """Most padded source tokens per decoding batch."""
     precision: DecodePrecision = "fp32"
-    """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training)."""
+    """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training);
+    ``"auto"``: a bf16 copy where the device has bf16 matrix units, else as is. Training runs
+    validate and test at this precision whatever their training precision."""
     compile: bool = False
     """Run the cached decoder steps under ``torch.compile`` (compiled once per process)."""
     gemm: Gemm = "auto"
@@ -84,7 +88,8 @@ class GenerationConfig:
         check(
             self.gemm != "onednn" or self.precision == "fp32",
             f"generation.gemm onednn multiplies in fp32; it cannot be combined with "
-            f"generation.precision {self.precision} (use one or the other)",
+            f"generation.precision {self.precision} (set generation.precision: fp32, or "
+            "generation.gemm: auto)",
         )
         check(
             self.gemm != "onednn" or not self.compile,

@@ -18,6 +18,7 @@ from odet.inference.translator import (
     generation_defaults,
     inference_model,
     load_model_and_tokenizers,
+    resolve_decode_precision,
     resolve_gemm,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "inference_model",
     "load_model_and_tokenizers",
     "read_index",
+    "resolve_decode_precision",
     "resolve_gemm",
     "resolve_model_dir",
     "verify_checkpoint",

@@ -12,6 +12,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 import yaml
@@ -23,6 +24,7 @@ from odet.generation import DecodePrecision, Gemm, GenerationConfig
 from odet.inference.checkpoint import CONFIG_NAME, resolve_model_dir
 from odet.models import CheckpointError, Seq2Seq
 from odet.nn.onednn import OneDNNLinear, onednn_copy, onednn_supported
+from odet.nn.precision import resolve_precision
 from odet.nn.quantization import Int8Linear, int8_copy
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "generation_defaults",
     "inference_model",
     "load_model_and_tokenizers",
+    "resolve_decode_precision",
     "resolve_gemm",
 ]
 
@@ -172,10 +175,19 @@ class Translator:
                 )
 
     def _inference_model(self) -> Seq2Seq:
-        gemm = resolve_gemm(
-            self.model, self.config.precision, self.config.gemm, self.config.compile
-        )
-        return inference_model(self.model, self.config.precision, gemm)
+        precision = resolve_decode_precision(self.config.precision, _device(self.model))
+        gemm = resolve_gemm(self.model, precision, self.config.gemm, self.config.compile)
+        return inference_model(self.model, precision, gemm)
+
+
+def resolve_decode_precision(
+    precision: DecodePrecision, device: torch.device
+) -> Literal["fp32", "bf16", "int8"]:
+    """``precision`` with ``"auto"`` decided for ``device`` as ``train.precision: auto`` is:
+    bf16 where it multiplies bf16 natively (:func:`odet.nn.has_native_bf16`), else fp32."""
+    if precision == "auto":
+        return resolve_precision("auto", device)
+    return precision
 
 
 INT8_ALSO: tuple[str, ...] = ("output_projection",)
@@ -201,7 +213,7 @@ def resolve_gemm(
         return gemm
     first = next(model.parameters())
     runs = (
-        precision == "fp32"
+        resolve_decode_precision(precision, first.device) == "fp32"
         and not compile
         and first.dtype == torch.float32
         and model.config.d_model >= ONEDNN_MIN_WIDTH
@@ -215,6 +227,7 @@ def inference_model(model: Seq2Seq, precision: DecodePrecision, gemm: Gemm = "to
     """``model`` at a decoding precision: itself (fp32), or a bf16, int8 or oneDNN-GEMM copy
     that leaves ``model`` untouched, since the trainer validates with the model it is
     training. ``gemm="auto"`` is resolved by :func:`resolve_gemm` (without compilation)."""
+    precision = resolve_decode_precision(precision, _device(model))
     gemm = resolve_gemm(model, precision, gemm)
     if precision == "bf16" and _dtype(model) != torch.bfloat16:
         return copy.deepcopy(model).to(torch.bfloat16)
@@ -227,6 +240,10 @@ def inference_model(model: Seq2Seq, precision: DecodePrecision, gemm: Gemm = "to
 
 def _dtype(model: torch.nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 def load_model_and_tokenizers(

@@ -50,12 +50,13 @@ class ForwardPrecision:
 
     @classmethod
     def for_evaluation(cls, precision: DecodePrecision, device: torch.device) -> ForwardPrecision:
-        """Validation and test passes run at ``generation.precision`` (fp32 by default),
-        whatever the training precision, so that runs trained in fp32 and bf16 are evaluated
-        alike; ``"int8"`` is for decoding only (``TrainConfig`` rejects it)."""
+        """Validation and test passes run at ``generation.precision`` (fp32 by default;
+        ``auto`` decided for ``device``), whatever the training precision, so that runs trained
+        in fp32 and bf16 are evaluated alike; ``"int8"`` is for decoding only (``TrainConfig``
+        rejects it)."""
         if precision == "int8":
             raise ValueError("generation.precision int8 is for decoding only, not for training")
-        return cls(precision, device.type)
+        return cls(resolve_precision(precision, device), device.type)
 
     def context(self) -> AbstractContextManager[None]:
         """A fresh context for one forward pass (see :mod:`odet.nn.precision`)."""
