@@ -444,5 +444,5 @@ def _flops_visible(name: str) -> bool:
     linears and the int8 linears are ops the counter does not know, so counting them would
     report the attention matmuls alone."""
     return name.startswith("odet-") and not any(
-        tag in name for tag in ("compiled", "onednn", "int8")
+        tag in name for tag in ("compiled", "onednn", "int8", "recipe")
     )

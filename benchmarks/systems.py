@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from odet.generation import Gemm
+from odet.generation import DecodePrecision, Gemm
 from odet.inference import INT8_ALSO, inference_model
 from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.nn import sinusoidal_table
@@ -513,6 +513,7 @@ def _odet_generate(
     decoder_method: str = "euler",
     gemm: Gemm = "torch",
     decoder_depth: int = 1,
+    precision: DecodePrecision = "fp32",
 ) -> Callable[[BenchSize], Generate]:
     def build(size: BenchSize) -> Generate:
         torch.manual_seed(0)
@@ -522,7 +523,7 @@ def _odet_generate(
             model = inference_model(model, "int8")
         elif int8 == "qdyn":
             model = quantize_dynamic_copy(model)
-        model = inference_model(model, "fp32", gemm)
+        model = inference_model(model, precision, gemm)
         if not preallocate:  # ablation: the concatenating KV cache
             init_state = model.init_state
 
@@ -786,6 +787,9 @@ GEN_SYSTEMS: dict[str, Callable[[BenchSize], Generate]] = {
     "odet-dec-rk2-compiled": _odet_generate("euler", decoder_method="rk2", compile=True),
     "odet-dec-rk4-compiled": _odet_generate("euler", decoder_method="rk4", compile=True),
     "odet-euler-onednn": _odet_generate("euler", gemm="onednn"),
+    # The Multi30k recipes' decoding settings (generation.precision auto, gemm auto): bf16 on a
+    # device with bf16 matrix units, else fp32 on the GEMMs that auto picks.
+    "odet-euler-recipe": _odet_generate("euler", gemm="auto", precision="auto"),
     "odet-dec-rk2-onednn": _odet_generate("euler", decoder_method="rk2", gemm="onednn"),
     "odet-dec-rk4-onednn": _odet_generate("euler", decoder_method="rk4", gemm="onednn"),
     "odet-dec-euler2x-onednn": _odet_generate("euler", gemm="onednn", decoder_depth=2),

@@ -134,6 +134,26 @@ def test_flops_are_withheld_where_the_counter_cannot_see_the_gemms() -> None:
     assert runner._flops_visible("odet-dec-rk2")
     for name in ("odet-dec-rk2-onednn", "odet-euler-int8", "odet-euler-compiled", "hf-marian"):
         assert not runner._flops_visible(name)
+    assert not runner._flops_visible("odet-euler-recipe")  # oneDNN where it decodes in fp32
+
+
+@pytest.mark.parametrize(("flags", "twin"), [("avx512_bf16", "odet-euler-bf16"), ("avx2", None)])
+def test_the_recipe_system_decodes_as_the_recipes_decode_on_the_host(
+    flags: str, twin: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """odet-euler-recipe is generation.precision auto: the bf16 system where the CPU has bf16
+    units, the fp32 model otherwise."""
+    import odet.nn.precision
+    from benchmarks import systems
+
+    monkeypatch.setattr(odet.nn.precision, "cpu_flags", lambda: frozenset({flags}))
+    src = systems.gen_sources(systems.SIZES["toy"])
+    recipe = systems.GEN_SYSTEMS["odet-euler-recipe"](systems.SIZES["toy"])(src, 2)
+    fp32 = systems.GEN_SYSTEMS["odet-euler"](systems.SIZES["toy"])(src, 2)
+    if twin is None:
+        assert recipe == fp32
+    else:
+        assert recipe == systems.GEN_SYSTEMS[twin](systems.SIZES["toy"])(src, 2)
 
 
 def test_the_deeper_euler_decoders_evaluate_as_many_layers_as_the_rk_decoders() -> None:
