@@ -101,6 +101,24 @@ def test_generate_decodes_in_int8(trained, tmp_path):
     assert len(out.read_text().splitlines()) == 2
 
 
+@pytest.mark.parametrize(("flags", "chosen"), [("avx512_bf16", "bf16"), ("avx2", "fp32")])
+def test_generate_at_auto_precision_says_which_precision_it_chose(
+    trained, tmp_path, monkeypatch, capsys, flags, chosen
+):
+    import odet.nn.precision
+
+    monkeypatch.setattr(odet.nn.precision, "cpu_flags", lambda: frozenset({flags}))
+    source = tmp_path / "in.txt"
+    source.write_text("ka lo\nmi ne\n")
+    out = tmp_path / "out.txt"
+    argv = ["generate", str(trained), "-i", str(source), "-o", str(out), "--no-progress"]
+    assert main([*argv, "--precision", "auto"]) == 0
+    assert f"odet: decoding in {chosen} (--precision auto" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 2
+    assert main([*argv, "--precision", "fp32"]) == 0
+    assert "decoding in" not in capsys.readouterr().err
+
+
 def test_generate_compile_flag_overrides_the_run_config_only_when_given(
     trained, tmp_path, monkeypatch
 ):

@@ -154,6 +154,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _check_search_flags(args, defaults.strategy)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
     translator = Translator.from_checkpoint(model_dir, config=config)
+    if config.precision == "auto":
+        from odet.inference import resolve_decode_precision
+
+        device = next(translator.model.parameters()).device
+        chosen = resolve_decode_precision("auto", device)
+        origin = "--precision auto" if args.precision else "the model's generation.precision auto"
+        print(
+            f"odet: decoding in {chosen} ({origin}: bf16 where the {device.type} has bf16 "
+            "matrix units; --precision fp32 to decode in fp32)",
+            file=sys.stderr,
+        )
     if not from_file:  # stdin is read once the model is known to load
         lines, invalid = _read_input(args.input)
     with _output(args.output) as tmp:

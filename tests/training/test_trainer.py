@@ -235,6 +235,7 @@ def test_a_bf16_run_trains_in_bf16_but_validates_and_decodes_in_fp32(
     training = {autocast for grad, autocast in seen if grad}
     evaluation = {autocast for grad, autocast in seen if not grad}
     assert training == {True} and evaluation == {False}
+    assert "cpu, bf16 (evaluation in fp32)" in (tmp_path / "run" / "train.log").read_text()
 
 
 def test_an_auto_evaluation_precision_is_decided_for_the_device(monkeypatch):

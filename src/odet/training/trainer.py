@@ -146,7 +146,8 @@ class Trainer:
             len(self.train_set),
             self.batcher.num_batches,
             f" over {self.dist.world_size} ranks ({c.train.parallel})" if self.dist.enabled else "",
-            f"{self.device}, {self.precision.precision}",
+            f"{self.device}, {self.precision.precision} "
+            f"(evaluation in {self.evaluator.precision.precision})",
         )
         checkpoint = self.checkpoints.latest()
         if checkpoint is not None:  # weights first: sharding distributes what is loaded
