@@ -56,9 +56,7 @@ class GenerationConfig:
     batch_tokens: int = 4096
     """Most padded source tokens per decoding batch."""
     precision: DecodePrecision = "fp32"
-    """Decode with the model as is, a bf16 copy, or an int8 copy (CPU; not for training);
-    ``"auto"``: a bf16 copy where the device has bf16 matrix units, else as is. Training runs
-    validate and test at this precision whatever their training precision."""
+    """Decode as is, in a bf16 or int8 copy (CPU), or ``"auto"``: bf16 on bf16 hardware."""
     compile: bool = False
     """Run the cached decoder steps under ``torch.compile`` (compiled once per process)."""
     gemm: Gemm = "auto"
