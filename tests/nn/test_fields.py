@@ -154,3 +154,39 @@ def test_field_spec_validates_and_builds_every_field():
     assert DecoderField(D, H, FFN, norm_eps=1e-6).cross_attn_norm.eps == spec.norm_eps
     with pytest.raises(ValueError, match="time-conditioned field returns its update"):
         TimeConditionedEncoderField(D, H, FFN, convention="layer")
+
+
+def _activation_copies(run, shape: tuple[int, ...]) -> int:
+    """How many ``aten::copy_`` of a ``shape`` tensor ``run()`` makes: autocast's casts, and the
+    copies that CPU type promotion makes for a mixed-dtype addition."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        run()
+    return sum(
+        1 for e in prof.events() if e.name == "aten::copy_" and list(e.input_shapes[0]) == shape
+    )
+
+
+def test_under_bf16_autocast_each_branch_is_widened_once_and_sums_keep_their_values():
+    """Every fp32 residual sum reads the same fp32 copy of a bf16 sublayer output: one cast per
+    branch besides the bf16 projections' input casts (one per pre-norm), and the field values
+    are those of the sums written out."""
+    from odet.nn.precision import autocast_bf16
+
+    torch.manual_seed(5)
+    b, t, s = 3, 5, 7
+    z, memory = torch.randn(b, t, D), torch.randn(b, s, D)
+    enc, dec = EncoderField(D, H, FFN).eval(), DecoderField(D, H, FFN).eval()
+    with torch.no_grad(), autocast_bf16():
+        a = enc.self_attn(enc.attn_norm(z))
+        f = enc.ffn(enc.ffn_norm(z + a.float()))
+        torch.testing.assert_close(enc(z), a.float() + f.float(), rtol=0, atol=0)
+        kv = dec.project_memory(memory)
+        a = dec.self_attn(dec.self_attn_norm(z), causal=True)
+        c = dec.cross_attn(dec.cross_attn_norm(z + a.float()), kv)
+        f = dec.ffn(dec.ffn_norm(z + a.float() + c.float()))
+        want = a.float() + c.float() + f.float()
+        torch.testing.assert_close(dec(z, memory_kv=kv), want, rtol=0, atol=0)
+        assert _activation_copies(lambda: enc(z), [b, t, D]) == 2 + 2
+        assert _activation_copies(lambda: dec(z, memory_kv=kv), [b, t, D]) == 3 + 3

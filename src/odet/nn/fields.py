@@ -135,14 +135,14 @@ class FieldSpec:
         )
 
 
-def branch_sum(z: Tensor, *branches: Tensor) -> Tensor:
-    """``Σ branches`` in the dtype of the residual stream ``z``: under bf16 autocast the
-    sublayers return bf16 while ``z`` is fp32, and the update is summed in fp32, like the
-    residual additions it becomes part of."""
-    out = branches[0].to(z.dtype)
-    for branch in branches[1:]:
-        out = out + branch.to(z.dtype)
-    return out
+def widen(z: Tensor, branch: Tensor) -> Tensor:
+    """A sublayer's output ``branch`` in the dtype of the residual stream ``z``.
+
+    Under bf16 autocast the sublayers return bf16 while ``z`` is fp32; the update and the
+    residual sums that read it run in fp32. Cast once and reused by every sum, rather than
+    promoted by each (on CPU a mixed-dtype add copies its bf16 input to fp32 first), so the
+    forward values are the same and the branch's gradient is rounded to bf16 once."""
+    return branch.to(z.dtype)
 
 
 class FieldOutput(nn.Module):
@@ -196,9 +196,9 @@ class _SelfAttentionField(_LayerField):
 
     def _field(self, z: Tensor, a: Tensor) -> Tensor:
         """``F(z)`` from ``z`` and the self-attention output ``a``, both ``(B, T, D)``."""
-        a = self.dropout(a)
-        f = self.dropout(self.ffn(self.ffn_norm(z + a)))
-        return self.output(z, branch_sum(z, a, f))
+        a = widen(z, self.dropout(a))
+        f = widen(z, self.dropout(self.ffn(self.ffn_norm(z + a))))
+        return self.output(z, a + f)
 
 
 class EncoderField(_SelfAttentionField):
@@ -262,10 +262,13 @@ class DecoderField(_LayerField):
         """``z (B, T, D)``; ``memory_kv`` from ``project_memory(memory (B, S, D))``;
         ``memory_padding_mask (B, S)``; ``cache``: this stage's self-attention cache."""
         a = self.dropout(self.self_attn(self.self_attn_norm(z), causal=True, cache=cache))
+        a = widen(z, a)
+        za = z + a
         c = self.dropout(
             self.cross_attn(
-                self.cross_attn_norm(z + a), memory_kv, memory_padding_mask=memory_padding_mask
+                self.cross_attn_norm(za), memory_kv, memory_padding_mask=memory_padding_mask
             )
         )
-        f = self.dropout(self.ffn(self.ffn_norm(z + a + c)))
-        return self.output(z, branch_sum(z, a, c, f))
+        c = widen(z, c)
+        f = widen(z, self.dropout(self.ffn(self.ffn_norm(za + c))))
+        return self.output(z, a + c + f)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from odet.nn.dropout import Dropout
-from odet.nn.fields import FieldSpec, branch_sum
+from odet.nn.fields import FieldSpec, widen
 
 TimeConditioning = Literal["none", "concat", "embedding", "film"]
 
@@ -197,9 +197,9 @@ class TimeConditionedEncoderField(nn.Module):
         """``t`` float or ``(B,)``, ``z (B, T, D)``, ``padding_mask (B, T)`` True at padding."""
         tt = time_column(t, z)  # (B,)
         a = self.self_attn(self.attn_time(self.attn_norm(z), tt), padding_mask=padding_mask)
-        a = self.dropout(a)
-        f = self.dropout(self.ffn(self.ffn_time(self.ffn_norm(z + a), tt)))
-        return branch_sum(z, a, f)
+        a = widen(z, self.dropout(a))
+        f = widen(z, self.dropout(self.ffn(self.ffn_time(self.ffn_norm(z + a), tt))))
+        return a + f
 
     def extra_repr(self) -> str:
         spectral = ", spectral_norm=True" if self.spectral_norm else ""
