@@ -63,10 +63,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from odet.training import train
     from odet.training.lm_config import LMTrainConfig, load_any_config
 
-    overrides = list(args.set or [])
-    if args.output_dir is not None:
-        overrides.append(f"output_dir={json.dumps(args.output_dir)}")  # verbatim, not YAML
-    config = load_any_config(args.config, overrides)
+    config = load_any_config(args.config, _overrides(args.set, output_dir=args.output_dir))
     from odet.training.run_dir import check_output_dir
 
     check_output_dir(Path(config.output_dir), config.to_dict())
@@ -99,6 +96,29 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _say_complete(run: Path, steps: int) -> int:
     print(f"{run} is already complete ({steps} updates; see its summary.json); nothing to do")
     return 0
+
+
+def _overrides(sets: list[str] | None, **flags: str | None) -> list[str]:
+    """The ``--set KEY=VALUE`` overrides, with the flags that set a key themselves (``output_dir``
+    from ``--output-dir``, kept verbatim, not read as YAML) after them; a key given twice is an
+    error rather than the last value winning unseen."""
+    overrides = list(sets or [])
+    given: dict[str, str] = {}
+    for text in overrides:
+        key = ".".join(part.strip() for part in text.partition("=")[0].split("."))
+        if key in given and "=" in text:
+            raise ValueError(
+                f"--set {key} is given twice ({given[key]!r} and {text!r}); give it once"
+            )
+        given[key] = text
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in given:
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(f"{flag} and --set {key}= both set {key}; give one of them")
+        overrides.append(f"{key}={json.dumps(value)}")
+    return overrides
 
 
 def _refuse_unused(given: dict[str, object], applies: str, mode: str) -> None:
@@ -374,7 +394,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         status_table,
     )
 
-    config = load_experiment(args.config, list(args.set or []))
+    config = load_experiment(args.config, _overrides(args.set))
     if args.status is not None:
         exported = Path(args.status) if args.status else None
         statuses = experiment_status(config, exported, variants=args.variants, seeds=args.seeds)
@@ -565,7 +585,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "show":
         if not args.config:
             raise ValueError("odet config show needs a training config (YAML)")
-        print(resolved_config_yaml(args.config, list(args.set or [])), end="")
+        print(resolved_config_yaml(args.config, _overrides(args.set)), end="")
         return 0
     if args.check and args.out is None:
         raise ValueError("odet config docs --check needs --out FILE (the reference to check)")
@@ -1045,10 +1065,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.command == "train" else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    if keep_freed_memory():
-        logging.getLogger("odet.runtime").info(
-            "allocator: freed large blocks kept for reuse (ODET_MALLOC=system turns this off)"
-        )
+    keep_freed_memory()
     if args.debug:
         return COMMANDS[args.command](args)
     from odet.training import TrainingInterruptedError

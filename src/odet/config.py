@@ -206,7 +206,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     try:
         return cls(**kwargs)
     except ConfigError as err:
-        raise ConfigError(f"{where}: {err}" if where else str(err)) from None
+        message = str(err)
+        named = message.startswith((f"{where}.", f"{where}:", f"{where} "))
+        raise ConfigError(f"{where}: {message}" if where and not named else message) from None
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -71,7 +71,7 @@ class OutputPathError(ValueError):
     command's inputs, or a path that cannot be created."""
 
 
-def _blocking_file(path: Path) -> Path | None:
+def blocking_file(path: Path) -> Path | None:
     """The first ancestor of ``path`` that exists and is not a directory (so ``path`` cannot be
     created), or ``None``."""
     for parent in reversed(path.parents):
@@ -114,7 +114,7 @@ def check_output_file(path: PathLike, flag: str, inputs: tuple[PathLike, ...] = 
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{flag} {path} is a directory; give a file name")
-    blocking = _blocking_file(path)
+    blocking = blocking_file(path)
     if blocking is not None:
         raise OutputPathError(
             f"{flag} {path} cannot be created: {blocking} is a file, not a directory"
@@ -149,7 +149,7 @@ def check_output_dir(
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutputPathError(f"{flag} {path} exists and is not a directory; choose a new one")
-    blocking = _blocking_file(path)
+    blocking = blocking_file(path)
     if blocking is not None:
         raise OutputPathError(
             f"{flag} {path} cannot be created: {blocking} is a file, not a directory"

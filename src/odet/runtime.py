@@ -64,3 +64,9 @@ def keep_freed_memory() -> bool:
         )
     )
     return _applied
+
+
+def freed_memory_kept() -> bool:
+    """Whether :func:`keep_freed_memory` has been applied in this process (it is not applied
+    here): what a run logs about its allocator."""
+    return bool(_applied)

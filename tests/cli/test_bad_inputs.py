@@ -203,22 +203,22 @@ INPUT_SLOTS: dict[str, tuple[str, Callable[[Env, str], list[str]], tuple[str, ..
     "train data.train source": (
         "train",
         lambda e, f: ["train", e.config(data={"train": [f, _twin(e, f)]})],
-        ("out",),
+        (),
     ),
     "train data.valid target": (
         "train",
         lambda e, f: ["train", e.config(data={"valid": [_twin(e, f), f]})],
-        ("out",),
+        (),
     ),
     "train data.test source": (
         "train",
         lambda e, f: ["train", e.config(data={"test": [f, _twin(e, f)]})],
-        ("out",),
+        (),
     ),
     "train lm data.text": (
         "train",
         lambda e, f: ["train", e.lm_config(data={"text": f})],
-        ("lmout",),
+        (),
     ),
     "train config": ("train", lambda e, f: ["train", f], ()),
     "generate --input": (
@@ -377,7 +377,7 @@ CASES: list[Case] = [
             e.config(data={"train": [e.file("cr.src", CR_ONLY), e.file("cr.tgt", CR_ONLY)]}),
         ],
         r"cr\.src has CR-only \(classic Mac\) line endings",
-        ("out",),
+        (),
     ),
     Case(
         "generate",
@@ -392,20 +392,20 @@ CASES: list[Case] = [
         r"cr\.hyp has CR-only",
     ),
     # ------------------------------------------------------------------ train
-    Case("train", "misaligned train", _misaligned, r"short\.tgt.*2", ("out",)),
+    Case("train", "misaligned train", _misaligned, r"short\.tgt.*2"),
     Case(
         "train",
         "misaligned valid",
         lambda e: ["train", e.config(data={"valid": ["valid.src", e.text("v.tgt", 5)]})],
         r"v\.tgt",
-        ("out",),
+        (),
     ),
     Case(
         "train",
         "misaligned test",
         lambda e: ["train", e.config(data={"test": [e.text("t.src", 4), "test.tgt"]})],
         r"t\.src",
-        ("out",),
+        (),
     ),
     Case(
         "train",
@@ -517,21 +517,21 @@ CASES: list[Case] = [
         "vocab_size beyond what the training text supports",
         lambda e: ["train", e.config(data={"vocab_size": 5000})],
         r"vocab_size=5000 is more than these texts support: at most \d+",
-        ("out",),
+        (),
     ),
     Case(
         "train",
         "a user-defined symbol given twice",
         lambda e: ["train", e.config(data={"user_defined_symbols": ["#A#", "#A#"]})],
         r"user_defined_symbols lists \['#A#'\] more than once",
-        ("out",),
+        (),
     ),
     Case(
         "train",
         "an empty user-defined symbol",
         lambda e: ["train", e.config(data={"user_defined_symbols": [""]})],
         r"user_defined_symbols holds '': each must be a non-empty str",
-        ("out",),
+        (),
     ),
     Case(
         "train",
@@ -568,14 +568,14 @@ CASES: list[Case] = [
         "data_dir missing",
         lambda e: ["train", e.config(data={"data_dir": str(e.tmp / "nowhere")})],
         r"nowhere",
-        ("out",),
+        (),
     ),
     Case(
         "train",
         "data_dir is a file",
         lambda e: ["train", e.config(data={"data_dir": e.text("afile")})],
         r"afile",
-        ("out",),
+        (),
     ),
     Case(
         "train",
@@ -599,7 +599,54 @@ CASES: list[Case] = [
         "train",
         "output dir under a file",
         lambda e: ["train", e.config(out="afile/run")] if e.text("afile") else [],
-        r"afile",
+        r"afile/run cannot be created: .*afile is a file, not a directory",
+    ),
+    Case(
+        "train",
+        "--output-dir under a file",
+        lambda e: (
+            ["train", e.config(), "--output-dir", str(e.tmp / "afile" / "run")]
+            if e.text("afile")
+            else []
+        ),
+        r"cannot be created: .*afile is a file, not a directory",
+    ),
+    Case(
+        "train",
+        "a bad value named once, not under its section's name again",
+        lambda e: ["train", e.config(), "--set", "train.max_updates=-1"],
+        r"^odet: error: train\.max_updates must be >= 0",
+    ),
+    Case(
+        "train",
+        "a --set key given twice",
+        lambda e: ["train", e.config(), "--set", "seed=1", "--set", " seed =2"],
+        r"--set seed is given twice \('seed=1' and ' seed =2'\)",
+    ),
+    Case(
+        "train",
+        "--output-dir and --set output_dir",
+        lambda e: ["train", e.config(), "--output-dir", "a", "--set", "output_dir=b"],
+        r"--output-dir and --set output_dir= both set output_dir",
+    ),
+    Case(
+        "experiment",
+        "a --set key given twice",
+        lambda e: [
+            "experiment",
+            e.experiment(),
+            "--set",
+            "optim.lr=0.1",
+            "--set",
+            "optim.lr=0.2",
+        ],
+        r"--set optim\.lr is given twice",
+    ),
+    Case(
+        "config",
+        "show: a --set key given twice",
+        lambda e: ["config", "show", e.config(), "--set", "seed=1", "--set", "seed=2"],
+        r"--set seed is given twice",
     ),
     Case(
         "train",
@@ -612,7 +659,7 @@ CASES: list[Case] = [
         "every pair filtered",
         lambda e: ["train", e.config(data={"max_source_tokens": 1, "max_target_tokens": 1})],
         r"length filter|max_source_tokens",
-        ("out",),
+        (),
     ),
     Case(
         "train",
@@ -655,7 +702,7 @@ CASES: list[Case] = [
         "lm text shorter than a block",
         lambda e: ["train", e.lm_config(data={"text": e.file("tiny.txt", "ab\n")})],
         r"tiny\.txt|block",
-        ("lmout",),
+        (),
     ),
     # ------------------------------------------------------------------ generate
     Case(
@@ -1909,7 +1956,7 @@ CASES: list[Case] = [
             ),
         ],
         r"deep\.jsonl.*malformed",
-        ("out",),
+        (),
     ),
     Case(
         "prepare",
@@ -2279,6 +2326,31 @@ def _updates_made(root: Path) -> list[str]:
         if '"event": "train"' in text or '"event":"train"' in text:
             signs.append(str(metrics))
     return signs
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        lambda e: ["train", e.config(data={"train": [e.bad("missing", "m.src"), "train.tgt"]})],
+        lambda e: ["train", e.lm_config(data={"text": e.bad("directory", "d")})],
+        lambda e: ["train", e.config(), "--set", "optim.lrr=1"],
+        lambda e: ["train", e.config(out="afile/run")] if e.text("afile") else [],
+    ],
+    ids=["missing data file", "lm text a directory", "unknown key", "output dir under a file"],
+)
+def test_a_start_refused_before_work_prints_only_the_error(argv: Argv, env: Env) -> None:
+    # a process of its own: in pytest's, the root logger has handlers and INFO records of the
+    # CLI's logging set-up never reach stderr
+    import subprocess
+    import sys
+
+    env.tmp.mkdir()
+    command = [sys.executable, "-m", "odet.cli", *argv(env), "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("odet: error:"), done.stderr
+    assert not [name for name in ("out", "lmout") if (env.tmp / name).exists()]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

@@ -101,21 +101,37 @@ def test_safe_changes_resume_are_logged_and_saved(
     assert saved["train"]["max_updates"] == 3 and saved["train"]["log_every"] == 2
 
 
-def test_a_run_that_saved_no_update_restarts_with_any_config(
+def test_a_start_that_fails_before_training_leaves_nothing(
     copy_data: Path, tmp_path: Path, capsys
 ) -> None:
-    """A run that failed before its first checkpoint (here: a vocabulary its text cannot
-    support) refused the corrected config as 'a run trained with a different config'."""
-    run = tmp_path / "run"
+    """A start that failed on its data (here: a vocabulary its text cannot support) left a
+    marked run folder behind, which then refused the corrected config as 'a run trained with a
+    different config'; what the start created, parents included, is now removed."""
+    run = tmp_path / "new" / "parent" / "run"
     too_big = tiny_config(copy_data, run, train={"max_updates": 2})
     too_big["data"]["vocab_size"] = 5000
     assert main(["train", str(write_config(tmp_path / "big.yaml", too_big))]) == 2
     assert "vocab_size=5000 is more than these texts support" in capsys.readouterr().err
-    assert (run / MARKER_NAME).is_file() and not has_saved_updates(run)
+    assert not (tmp_path / "new").exists()
+    run.mkdir(parents=True)  # a folder the user made for the run: emptied, kept
+    assert main(["train", str(write_config(tmp_path / "big.yaml", too_big))]) == 2
+    assert run.is_dir() and not any(run.iterdir())
     assert _rerun(copy_data, run, tmp_path, train={"max_updates": 2}) == 0
+    assert has_saved_updates(run)
+
+
+def test_a_run_that_saved_no_update_restarts_with_any_config(
+    copy_data: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    assert _rerun(copy_data, run, tmp_path, train={"max_updates": 2}) == 0
+    shutil.rmtree(run / "checkpoints")  # as if killed before its first checkpoint
+    (run / "summary.json").unlink()
+    data = {"vocab_size": 50}
+    assert _rerun(copy_data, run, tmp_path, data=data, train={"max_updates": 2}) == 0
     log = (run / "train.log").read_text()
     assert "no update had been saved: started afresh with the new config (data.vocab_size" in log
-    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["vocab_size"] == 60
+    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["vocab_size"] == 50
     assert has_saved_updates(run)
 
 

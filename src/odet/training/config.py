@@ -110,6 +110,11 @@ class DataConfig:
     def path(self, name: str) -> Path:
         return Path(self.data_dir) / name
 
+    def input_files(self) -> list[tuple[str, Path]]:
+        """Every file the run reads, as ``(key, path)``: what a start checks before it writes."""
+        keys = ("train", "valid", "test", "valid_references", "test_references")
+        return [(f"data.{key}", self.path(name)) for key in keys for name in getattr(self, key)]
+
 
 @dataclass(frozen=True)
 class OptimConfig:

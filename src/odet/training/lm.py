@@ -48,7 +48,13 @@ from odet.training.resume import (
     reopen_finished_run,
     spent_budget,
 )
-from odet.training.run_dir import SUMMARY_NAME, detach_log_file, open_run_dir
+from odet.training.run_dir import (
+    SUMMARY_NAME,
+    NewRun,
+    detach_log_file,
+    log_allocator,
+    open_run_dir,
+)
 from odet.training.schedule import make_schedule
 from odet.training.signals import StopSignals, TrainingInterruptedError
 from odet.training.step import (
@@ -225,6 +231,7 @@ class LMTrainer:
         self.out = Path(config.output_dir)
         self.progress = config.train.progress if progress is None else progress
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
+        self._new_run = NewRun.before_start(self.out)
         self._log_handler = open_run_dir(self.out, config)
 
     def close(self) -> None:
@@ -287,6 +294,7 @@ class LMTrainer:
             self.device,
             self.precision.precision,
         )
+        log_allocator()
 
     # ------------------------------------------------------------------ loop
     def run(self) -> LMResult:
@@ -455,14 +463,18 @@ class LMTrainer:
 def train_lm(config: LMTrainConfig, *, progress: bool | None = None) -> LMResult:
     """Train (or resume) the language-model run described by ``config``; returns its result."""
     trainer = LMTrainer(config, progress=progress)
+    started = False
     try:
         summary = completed_run(trainer.out, config.train)  # before the text is read
         if summary is not None:
             return LMResult.from_summary(trainer.out, summary)
         trainer.setup()
+        started = True
         return trainer.run()
     finally:
         trainer.close()
+        if not started and trainer._new_run is not None:  # a failed start leaves nothing
+            trainer._new_run.discard()
 
 
 def load_lm(path: str | Path, which: str = "last") -> tuple[CausalLM, CharVocabulary]:

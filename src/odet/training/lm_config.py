@@ -79,6 +79,10 @@ class LMDataConfig:
     def path(self) -> Path:
         return Path(self.data_dir) / self.text
 
+    def input_files(self) -> list[tuple[str, Path]]:
+        """Every file the run reads, as ``(key, path)``: what a start checks before it writes."""
+        return [("data.text", self.path)]
+
 
 @dataclass(frozen=True)
 class LMOptimConfig:

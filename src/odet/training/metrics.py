@@ -15,10 +15,12 @@ class MetricsLog:
 
     def __init__(self, path: Path):
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, event: str, **values: Any) -> None:
+        """Append one record (the folder is made on the first: a start refused before then
+        leaves nothing behind)."""
         record = {"event": event, **{k: _clean(v) for k, v in values.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 

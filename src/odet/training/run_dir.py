@@ -16,7 +16,9 @@ import yaml
 from odet import __version__
 from odet.config import parse_yaml
 from odet.data import DataError
-from odet.io import write_bytes_atomic
+from odet.data.text import check_input_file
+from odet.io import blocking_file, write_bytes_atomic
+from odet.runtime import freed_memory_kept
 from odet.training.lm_config import AnyTrainConfig, LMTrainConfig, config_from_dict
 
 logger = logging.getLogger("odet.train")
@@ -165,6 +167,10 @@ def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, 
     rejects; returns the changes (any, for a run that saved no update: it starts afresh, see
     ``open_run_dir``). Nothing is written."""
     if not out.exists():
+        if (blocking := blocking_file(out)) is not None:
+            raise DataError(
+                f"output_dir {out} cannot be created: {blocking} is a file, not a directory"
+            )
         return {}
     if not out.is_dir():
         raise DataError(f"output_dir {out} exists and is not a directory")
@@ -193,10 +199,55 @@ def check_output_dir(out: Path, config: dict[str, Any]) -> dict[str, tuple[Any, 
     return changes
 
 
+def check_input_files(config: AnyTrainConfig) -> None:
+    """A ``DataError`` naming the key and the path for the first data file of ``config`` that
+    is missing, a directory or unreadable: a start that would fail on its data is refused
+    before it writes anything."""
+    for key, path in config.data.input_files():
+        check_input_file(path, f"{key} file")
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a start that fails before training removes so as to leave nothing behind: ``root``,
+    the outermost folder of the run's path that the start creates (the run's folder or a
+    parent), or the run's folder that existed empty (``keep_root``: emptied, not removed)."""
+
+    root: Path
+    keep_root: bool = False
+
+    @classmethod
+    def before_start(cls, out: Path) -> NewRun | None:
+        """Taken before a start writes; ``None`` for a run being resumed (nothing is removed)."""
+        if out.is_dir():
+            return None if any(out.iterdir()) else cls(out, keep_root=True)
+        root = None
+        for path in (out, *out.parents):
+            if path.exists():
+                break
+            root = path
+        return None if root is None else cls(root)
+
+    def discard(self) -> None:
+        if not self.root.is_dir():
+            return
+        if not self.keep_root:
+            shutil.rmtree(self.root)
+            return
+        for child in self.root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+
 def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
-    """Check ``out`` (``check_output_dir``), create and mark it, save the config, attach
-    ``train.log`` and log the keys changed on resume; returns the log handler."""
+    """Check ``out`` (``check_output_dir``) and, for a run not yet finished, its data files
+    (``check_input_files``); create and mark it, save the config, attach ``train.log`` and log
+    the keys changed on resume; returns the log handler."""
     changes = check_output_dir(out, config.to_dict())
+    if read_summary(out) is None:
+        check_input_files(config)
     restart = any(not is_resume_safe(key) for key in changes)
     if restart:  # no update was saved: what the old config wrote goes
         retokenize = any(key.startswith("data.") for key in changes)
@@ -241,6 +292,15 @@ def warn_if_the_schedule_stretches(config: AnyTrainConfig, old: int, new: int) -
             new,
             old,
             new,
+        )
+
+
+def log_allocator() -> None:
+    """Say in the run's log when the process keeps freed memory (``odet.runtime``), and how to
+    turn it off."""
+    if freed_memory_kept():
+        logger.info(
+            "allocator: freed large blocks kept for reuse (ODET_MALLOC=system turns this off)"
         )
 
 

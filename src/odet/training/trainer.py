@@ -39,8 +39,10 @@ from odet.training.resume import (
     spent_budget,
 )
 from odet.training.run_dir import (
+    NewRun,
     TrainResult,
     detach_log_file,
+    log_allocator,
     open_run_dir,
     result_from_summary,
     write_summary,
@@ -84,7 +86,9 @@ class Trainer:
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self._parallel: ParallelModel | None = None
         self._log_handler: logging.Handler | None = None
+        self._new_run: NewRun | None = None
         if self.dist.is_main:
+            self._new_run = NewRun.before_start(self.out)
             self._log_handler = open_run_dir(self.out, config)
         else:
             logging.getLogger("odet").setLevel(logging.WARNING)
@@ -149,6 +153,7 @@ class Trainer:
             f"{self.device}, {self.precision.precision} "
             f"(evaluation in {self.evaluator.precision.precision})",
         )
+        log_allocator()
         checkpoint = self.checkpoints.latest()
         if checkpoint is not None:  # weights first: sharding distributes what is loaded
             self.model.load_state_dict(Seq2Seq.from_pretrained(checkpoint.path).state_dict())
@@ -388,13 +393,17 @@ class Trainer:
 def train(config: TrainConfig, *, progress: bool | None = None) -> TrainResult:
     """Train (or resume) the run described by ``config``; returns its result."""
     trainer = Trainer(config, progress=progress)
+    started = False
     try:
         summary = completed_run(trainer.out, config.train)  # before any data is read
         if summary is not None:
             return result_from_summary(trainer.out, summary)
         trainer.setup()
+        started = True
         result = trainer.run()
         trainer.dist.barrier()  # ranks leave together: rank 0 may still be decoding the test set
         return result
     finally:
         trainer.close()
+        if not started and trainer._new_run is not None:  # a failed start leaves nothing
+            trainer._new_run.discard()
