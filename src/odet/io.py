@@ -159,7 +159,7 @@ def check_output_dir(
         return path
     marker = path / OUTPUT_MARKER
     if marker.is_file():
-        other = _marker_command(marker)
+        other = marker_command(marker)
         if command is not None and other is not None and other != command:
             raise OutputPathError(
                 f"{flag} {path} holds the output of odet {other}, not of odet {command}; choose "
@@ -174,7 +174,7 @@ def check_output_dir(
     )
 
 
-def _marker_command(marker: Path) -> str | None:
+def marker_command(marker: Path) -> str | None:
     """The command an ``OUTPUT_MARKER`` names (``None`` when it cannot be read)."""
     import json
 

@@ -1217,6 +1217,26 @@ CASES: list[Case] = [
     ),
     Case(
         "data",
+        "--out holds a user's file of a dataset file's name",
+        lambda e: [
+            "data",
+            "jfleg",
+            "--out",
+            e.dir("mine", "dev.src", "notes.txt"),
+            "--data-dir",
+            _jfleg(e),
+            "--no-progress",
+        ],
+        r"mine/dev\.src exists and is not jfleg's dev\.src",
+    ),
+    Case(
+        "data",
+        "missing local copy, with the progress bar on",
+        lambda e: ["data", "jfleg", "--out", str(e.tmp / "d"), "--data-dir", str(e.tmp / "no")],
+        r"--data-dir .*no is not a directory",
+    ),
+    Case(
+        "data",
         "unknown dataset",
         lambda e: ["data", "wmt99"],
         r"wmt99.*multi30k",

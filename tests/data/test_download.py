@@ -24,6 +24,7 @@ from odet.data.download import (
     prepare_multi30k,
 )
 from odet.data.text import DataError
+from odet.io import OUTPUT_MARKER, marker_command
 
 PINNED_COMMITS = {
     "multi30k": ["a3d2e0d26b56f3846f66a952536ffed4e401d05a"],
@@ -275,3 +276,33 @@ def test_dataset_spec_rejects_duplicate_paths() -> None:
     file = DataFile("a.txt", "https://example.org/a.txt", "0" * 64)
     with pytest.raises(ValueError, match="lists a path twice"):
         DatasetSpec("x", "d", "l", "c", (file, file))
+
+
+def test_a_users_file_of_a_dataset_files_name_is_never_overwritten(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    local = copy_dataset(shared_data, "jfleg", tmp_path / "jfleg")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "dev.src").write_text("my own sentences\n")
+    with pytest.raises(DataError, match=r"dev\.src exists and is not jfleg's dev\.src"):
+        prepare_jfleg(mine, local, progress=False)
+    assert files_in(mine) == ["dev.src"] and (mine / "dev.src").read_text() == "my own sentences\n"
+
+
+def test_a_damaged_file_in_a_folder_odet_data_made_is_repaired(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    local = copy_dataset(shared_data, "jfleg", tmp_path / "jfleg")
+    out = tmp_path / "out"
+    prepare_jfleg(out, local, progress=False)
+    assert marker_command(out / OUTPUT_MARKER) == "data"
+    (out / "dev.ref1").write_text("cut short")
+    prepare_jfleg(out, local, progress=False)
+    assert (out / "dev.ref1").read_bytes() == (local / "dev.ref1").read_bytes()
+
+
+def test_a_missing_data_dir_is_refused_before_any_file_is_looked_at(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"--data-dir .*nowhere is not a directory"):
+        prepare_jfleg(tmp_path / "out", tmp_path / "nowhere", progress=False)
+    assert not (tmp_path / "out").exists()

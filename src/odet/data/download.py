@@ -43,7 +43,13 @@ from typing import Literal, get_args
 from tqdm.auto import tqdm
 
 from odet.data.text import DataError, PathLike
-from odet.io import write_bytes_atomic
+from odet.io import (
+    OUTPUT_MARKER,
+    blocking_file,
+    claim_output_dir,
+    marker_command,
+    write_bytes_atomic,
+)
 
 Source = Literal["copy", "gzip", "dialogsum-release-zip"]
 Fetcher = Callable[[str], bytes]
@@ -262,18 +268,38 @@ def prepare_dataset(
         raise ValueError(f"unknown dataset {name!r}; available: {sorted(DATASETS)}")
     spec = DATASETS[name]
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out} exists and is not a directory; choose a new one")
+    if (blocking := blocking_file(out)) is not None:
+        raise DataError(f"--out {out} cannot be created: {blocking} is a file, not a directory")
+    if data_dir is not None:
+        if not Path(data_dir).is_dir():
+            raise DataError(f"--data-dir {data_dir} is not a directory")
+        for file in spec.files:
+            if not (Path(data_dir) / file.path).is_file():
+                raise DataError(f"{file.path} not found in data_dir: {Path(data_dir) / file.path}")
+    ours = marker_command(out / OUTPUT_MARKER) == "data"
+    fresh = not out.exists() or not any(out.iterdir())
     fetch = fetch or partial(fetch_url, progress=progress)
     pending: dict[Path, bytes] = {}
     for file in tqdm(spec.files, desc=name, unit="file", disable=not progress):
         target = out / file.path
         if target.is_file() and _is_valid(file, target.read_bytes()):
             continue
+        if target.exists() and not ours:
+            raise DataError(
+                f"{target} exists and is not {name}'s {file.path} (its content differs), in a "
+                f"folder odet data did not make (no {OUTPUT_MARKER}); move it away or choose "
+                "another --out (nothing was written)"
+            )
         if data_dir is None:
             pending[target] = _stored_from_download(file, fetch(file.url))
         else:
             pending[target] = _stored_from_local(file, Path(data_dir) / file.path)
     for target, stored in pending.items():
         write_bytes_atomic(target, stored)
+    if fresh:
+        claim_output_dir(out, "data")
     return [out / file.path for file in spec.files]
 
 
