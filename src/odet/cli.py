@@ -169,7 +169,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         check_output_file(args.output, "--output", inputs)
     from_file = args.input not in (None, "-")
     lines, invalid = _read_input(args.input) if from_file else ([], 0)
-    model_dir = resolve_model_dir(args.model, args.checkpoint or "best")  # once: it verifies
+    # once: it verifies the checksums
+    model_dir = resolve_model_dir(args.model, args.checkpoint or "best", model_type="seq2seq")
     defaults = generation_defaults(model_dir)
     _check_search_flags(args, defaults.strategy)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})

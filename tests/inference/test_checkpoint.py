@@ -133,3 +133,25 @@ def test_a_corrupt_index_is_read_as_the_checkpoints_that_verify_without_rewritin
     )
     with pytest.raises(CheckpointError, match="best checkpoint of the run does not verify"):
         resolve_model_dir(tmp_path / "run")
+
+
+def test_a_model_of_another_type_is_refused_before_the_fallback_is_announced(
+    tmp_path: Path, caplog
+) -> None:
+    """``odet generate`` on a language-model run that never validated warned 'using the last
+    one' and then refused the model: two lines for one mistake."""
+    from odet.models.serialization import FORMAT_VERSION
+
+    header = {"format_version": FORMAT_VERSION, "model_type": "causal_lm", "config": {}}
+    root = tmp_path / "run" / "checkpoints"
+    files = {"config.json": json.dumps(header).encode(), "model.safetensors": b"w"}
+    _checkpoint(root, "step_0000002", files)
+    index = {"checkpoints": [], "last": "step_0000002", "best": None}
+    (root / "index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="holds a 'causal_lm' model, not 'seq2seq'"):
+        resolve_model_dir(root.parent, model_type="seq2seq")
+    with pytest.raises(CheckpointError, match="holds a 'causal_lm' model, not 'seq2seq'"):
+        resolve_model_dir(root / "step_0000002", model_type="seq2seq")
+    assert caplog.text == ""
+    assert resolve_model_dir(root.parent, model_type="causal_lm") == root / "step_0000002"
+    assert "using the last one" in caplog.text

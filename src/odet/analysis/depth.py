@@ -318,7 +318,7 @@ class _Run:
 
 
 def _load(run: str | Path) -> _Run:
-    model_dir = resolve_model_dir(Path(run), "best")
+    model_dir = resolve_model_dir(Path(run), "best", model_type="seq2seq")
     check(
         (model_dir / CONFIG_NAME).is_file(),
         f"{model_dir} has no {CONFIG_NAME} (its data is unknown): give a training run "

@@ -107,7 +107,7 @@ def analyze_runs(
     loaded: list[dict[str, Any]] = []
     seen: dict[Path, str | Path] = {}
     for run in runs:  # every run loads and is measured before anything is written
-        model_dir = resolve_model_dir(Path(run), "best")
+        model_dir = resolve_model_dir(Path(run), "best", model_type="seq2seq")
         if model_dir.resolve() in seen:
             twin = seen[model_dir.resolve()]
             raise ValueError(

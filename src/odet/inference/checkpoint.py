@@ -17,6 +17,7 @@ from typing import Any
 
 from odet.models import CheckpointError
 from odet.models.serialization import CONFIG_NAME as MODEL_CONFIG_NAME
+from odet.models.serialization import read_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -148,16 +149,21 @@ def is_model_dir(path: str | Path) -> bool:
     return (Path(path) / MODEL_CONFIG_NAME).is_file()
 
 
-def resolve_model_dir(path: str | Path, which: str = "best") -> Path:
+def resolve_model_dir(
+    path: str | Path, which: str = "best", *, model_type: str | None = None
+) -> Path:
     """A directory with a model and tokenizer: ``path`` itself, or the ``best``/``last``
     checkpoint of a run directory (``<run>/checkpoints/index.json``) or checkpoints directory,
-    verified (``run_checkpoint``)."""
+    verified (``run_checkpoint``); with ``model_type`` (``seq2seq``, ``causal_lm``), a model of
+    another type is refused here, before anything is said about the checkpoint chosen."""
     path = Path(path)
     if is_model_dir(path):
+        if model_type is not None:
+            read_model_config(path, model_type=model_type)
         return path
     for root in (path / "checkpoints", path):
         if (root / INDEX_NAME).is_file() or any(root.glob("step_*")):
-            return run_checkpoint(root, which)
+            return run_checkpoint(root, which, model_type=model_type)
     if not path.exists():
         raise CheckpointError(f"no such checkpoint or run directory: {path}")
     raise CheckpointError(
@@ -166,22 +172,15 @@ def resolve_model_dir(path: str | Path, which: str = "best") -> Path:
     )
 
 
-def run_checkpoint(root: Path, which: str = "best") -> Path:
+def run_checkpoint(root: Path, which: str = "best", *, model_type: str | None = None) -> Path:
     """The ``which`` (``best``, else ``last``) checkpoint of the checkpoints directory ``root``
-    (a corrupt index is replaced by ``usable_index``), after its checksums verify: never
-    another checkpoint in its place."""
+    (a corrupt index is replaced by ``usable_index``), after its checksums verify (and, given
+    ``model_type``, its type): never another checkpoint in its place."""
     index = usable_index(root)
     name = index.get(which) or index.get("last")
     if name is None:
         raise CheckpointError(f"{root} holds no checkpoint that verifies")
     role = which if index.get(which) else "last"
-    if role != which:
-        logger.warning(
-            "%s has no %s checkpoint (the run never validated); using the last one, %s",
-            root,
-            which,
-            name,
-        )
     checkpoint = root / name
     if not checkpoint.is_dir():
         raise CheckpointError(
@@ -195,4 +194,13 @@ def run_checkpoint(root: Path, which: str = "best") -> Path:
             f"the {role} checkpoint of the run does not verify: {err}; give another "
             "checkpoint directory"
         ) from None
+    if model_type is not None:
+        read_model_config(checkpoint, model_type=model_type)
+    if role != which:
+        logger.warning(
+            "%s has no %s checkpoint (the run never validated); using the last one, %s",
+            root,
+            which,
+            name,
+        )
     return checkpoint

@@ -251,7 +251,7 @@ def load_model_and_tokenizers(
 ) -> tuple[Seq2Seq, TokenizerPair]:
     """The model and tokenizers of a model directory, or of the ``best``/``last`` checkpoint of
     a training run (:func:`~odet.inference.checkpoint.resolve_model_dir`)."""
-    model_dir = resolve_model_dir(path, which)
+    model_dir = resolve_model_dir(path, which, model_type="seq2seq")
     return Seq2Seq.from_pretrained(model_dir), TokenizerPair.load(model_dir)
 
 

@@ -262,7 +262,10 @@ def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
     if not marker.is_file():
         info = {"odet_version": __version__, "created": datetime.now(UTC).isoformat()}
         write_bytes_atomic(marker, (json.dumps(info) + "\n").encode("utf-8"))
-    write_bytes_atomic(out / "config.yaml", config.to_yaml().encode("utf-8"))
+    saved = config.to_yaml().encode("utf-8")
+    config_file = out / "config.yaml"
+    if not config_file.is_file() or config_file.read_bytes() != saved:  # a rerun touches nothing
+        write_bytes_atomic(config_file, saved)
     handler = attach_log_file(out / "train.log")
     if restart:
         logger.info(
