@@ -48,13 +48,7 @@ from odet.training.resume import (
     reopen_finished_run,
     spent_budget,
 )
-from odet.training.run_dir import (
-    SUMMARY_NAME,
-    NewRun,
-    detach_log_file,
-    log_allocator,
-    open_run_dir,
-)
+from odet.training.run_dir import SUMMARY_NAME, open_run_dir
 from odet.training.schedule import make_schedule
 from odet.training.signals import StopSignals, TrainingInterruptedError
 from odet.training.step import (
@@ -231,11 +225,10 @@ class LMTrainer:
         self.out = Path(config.output_dir)
         self.progress = config.train.progress if progress is None else progress
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
-        self._new_run = NewRun.before_start(self.out)
-        self._log_handler = open_run_dir(self.out, config)
+        self._run_dir = open_run_dir(self.out, config)
 
-    def close(self) -> None:
-        detach_log_file(self._log_handler)
+    def close(self, *, failed_start: bool = False) -> None:
+        self._run_dir.close(failed_start=failed_start)
 
     def setup(self) -> None:
         c = self.config
@@ -294,7 +287,6 @@ class LMTrainer:
             self.device,
             self.precision.precision,
         )
-        log_allocator()
 
     # ------------------------------------------------------------------ loop
     def run(self) -> LMResult:
@@ -472,9 +464,7 @@ def train_lm(config: LMTrainConfig, *, progress: bool | None = None) -> LMResult
         started = True
         return trainer.run()
     finally:
-        trainer.close()
-        if not started and trainer._new_run is not None:  # a failed start leaves nothing
-            trainer._new_run.discard()
+        trainer.close(failed_start=not started)
 
 
 def load_lm(path: str | Path, which: str = "last") -> tuple[CausalLM, CharVocabulary]:

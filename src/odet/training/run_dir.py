@@ -241,13 +241,30 @@ class NewRun:
                 child.unlink()
 
 
-def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
+@dataclass
+class RunDir:
+    """An open run directory: its ``train.log`` handler, and what a start that fails before
+    training removes (``NewRun``; ``None`` for a resumed run)."""
+
+    handler: logging.Handler
+    new_run: NewRun | None
+
+    def close(self, *, failed_start: bool = False) -> None:
+        """Detach ``train.log``; after a start that failed before training, remove what it
+        made, so that it leaves nothing behind."""
+        detach_log_file(self.handler)
+        if failed_start and self.new_run is not None:
+            self.new_run.discard()
+
+
+def open_run_dir(out: Path, config: AnyTrainConfig) -> RunDir:
     """Check ``out`` (``check_output_dir``) and, for a run not yet finished, its data files
-    (``check_input_files``); create and mark it, save the config, attach ``train.log`` and log
-    the keys changed on resume; returns the log handler."""
+    (``check_input_files``); create and mark it, save the config, attach ``train.log``, log
+    the allocator setting and the keys changed on resume."""
     changes = check_output_dir(out, config.to_dict())
     if read_summary(out) is None:
         check_input_files(config)
+    new_run = NewRun.before_start(out)
     restart = any(not is_resume_safe(key) for key in changes)
     if restart:  # no update was saved: what the old config wrote goes
         retokenize = any(key.startswith("data.") for key in changes)
@@ -266,18 +283,19 @@ def open_run_dir(out: Path, config: AnyTrainConfig) -> logging.Handler:
     config_file = out / "config.yaml"
     if not config_file.is_file() or config_file.read_bytes() != saved:  # a rerun touches nothing
         write_bytes_atomic(config_file, saved)
-    handler = attach_log_file(out / "train.log")
+    run_dir = RunDir(attach_log_file(out / "train.log"), new_run)
+    log_allocator()
     if restart:
         logger.info(
             "no update had been saved: started afresh with the new config (%s changed)",
             ", ".join(changes),
         )
-        return handler
+        return run_dir
     for key, (old, new) in changes.items():
         logger.info("resumed with %s changed from %r to %r (config.yaml updated)", key, old, new)
     if "train.max_updates" in changes:
         warn_if_the_schedule_stretches(config, *changes["train.max_updates"])
-    return handler
+    return run_dir
 
 
 def warn_if_the_schedule_stretches(config: AnyTrainConfig, old: int, new: int) -> None:

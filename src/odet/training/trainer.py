@@ -39,10 +39,7 @@ from odet.training.resume import (
     spent_budget,
 )
 from odet.training.run_dir import (
-    NewRun,
     TrainResult,
-    detach_log_file,
-    log_allocator,
     open_run_dir,
     result_from_summary,
     write_summary,
@@ -85,12 +82,8 @@ class Trainer:
         self.ckpt_root = self.out / "checkpoints"
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self._parallel: ParallelModel | None = None
-        self._log_handler: logging.Handler | None = None
-        self._new_run: NewRun | None = None
-        if self.dist.is_main:
-            self._new_run = NewRun.before_start(self.out)
-            self._log_handler = open_run_dir(self.out, config)
-        else:
+        self._run_dir = open_run_dir(self.out, config) if self.dist.is_main else None
+        if not self.dist.is_main:
             logging.getLogger("odet").setLevel(logging.WARNING)
         self.dist.barrier()
 
@@ -101,9 +94,9 @@ class Trainer:
             raise RuntimeError("Trainer.setup() has not run")
         return self._parallel
 
-    def close(self) -> None:
-        if self._log_handler is not None:
-            detach_log_file(self._log_handler)
+    def close(self, *, failed_start: bool = False) -> None:
+        if self._run_dir is not None:
+            self._run_dir.close(failed_start=failed_start)
         if self._parallel is not None:
             self._parallel.release()
         shutdown_distributed(self.dist)
@@ -153,7 +146,6 @@ class Trainer:
             f"{self.device}, {self.precision.precision} "
             f"(evaluation in {self.evaluator.precision.precision})",
         )
-        log_allocator()
         checkpoint = self.checkpoints.latest()
         if checkpoint is not None:  # weights first: sharding distributes what is loaded
             self.model.load_state_dict(Seq2Seq.from_pretrained(checkpoint.path).state_dict())
@@ -404,6 +396,4 @@ def train(config: TrainConfig, *, progress: bool | None = None) -> TrainResult:
         trainer.dist.barrier()  # ranks leave together: rank 0 may still be decoding the test set
         return result
     finally:
-        trainer.close()
-        if not started and trainer._new_run is not None:  # a failed start leaves nothing
-            trainer._new_run.discard()
+        trainer.close(failed_start=not started)
