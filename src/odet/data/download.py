@@ -364,8 +364,6 @@ def _is_valid(file: DataFile, stored: bytes) -> bool:
 
 
 def _stored_from_local(file: DataFile, path: Path) -> bytes:
-    if not path.is_file():
-        raise DataError(f"{file.path} not found in data_dir: {path}")
     stored = path.read_bytes()
     _verify(file, _content_of_stored(file, stored, str(path)), str(path))
     return stored

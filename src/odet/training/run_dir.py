@@ -207,6 +207,14 @@ def check_input_files(config: AnyTrainConfig) -> None:
         check_input_file(path, f"{key} file")
 
 
+def remove_path(path: Path) -> None:
+    """Remove a file, a link or a folder with its contents (nothing when there is none)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class NewRun:
     """What a start that fails before training removes so as to leave nothing behind: ``root``,
@@ -234,11 +242,8 @@ class NewRun:
         if not self.keep_root:
             shutil.rmtree(self.root)
             return
-        for child in self.root.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+        for child in list(self.root.iterdir()):
+            remove_path(child)
 
 
 @dataclass
@@ -269,11 +274,7 @@ def open_run_dir(out: Path, config: AnyTrainConfig) -> RunDir:
     if restart:  # no update was saved: what the old config wrote goes
         retokenize = any(key.startswith("data.") for key in changes)
         for name in UNTRAINED_OUTPUTS + (("tokenizer",) if retokenize else ()):
-            path = out / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+            remove_path(out / name)
     out.mkdir(parents=True, exist_ok=True)
     marker = out / MARKER_NAME
     if not marker.is_file():
