@@ -58,6 +58,7 @@ BF16_SYSTEMS = frozenset(
     {
         "odet-euler-bf16",
         "odet-euler-bf16-fused-sdpa",
+        "odet-euler-bf16-scores",
         "odet-euler-bf16-weights",
         "odet-euler-bf16-compiled-step",
     }

@@ -42,10 +42,11 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -275,6 +276,49 @@ def _odet_bf16_default_sdpa(size: BenchSize) -> TrainSystem:
     )
 
 
+def _bf16_scores_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """Attention as two autocast matmuls around an fp32 softmax: the scores come out of a bf16
+    GEMM (rounded to bf16), the probabilities go into the second one as bf16. The math SDPA
+    backend instead upcasts q, k, v to fp32 on CPU."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(q * scale, k.transpose(-1, -2))
+    if is_causal:  # top-left aligned, as SDPA's
+        attn_mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = F.dropout(
+        scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)), dropout_p
+    )
+    return torch.matmul(weights.to(v.dtype), v)
+
+
+@contextmanager
+def _autocast_bf16_scores() -> Iterator[None]:
+    with (
+        autocast_bf16(),
+        mock.patch.object(F, "scaled_dot_product_attention", _bf16_scores_attention),
+    ):
+        yield
+
+
+def _odet_bf16_scores(size: BenchSize) -> TrainSystem:
+    """Ablation: bf16 autocast with attention as two bf16 matmuls around an fp32 softmax (the
+    scores and probabilities rounded to bf16) instead of the math SDPA backend's fp32 upcast."""
+    model = odet_model(size).train()
+    return TrainSystem(model, lambda b: model(b.src, b.tgt_in), _autocast_bf16_scores)
+
+
 def _odet_compiled(size: BenchSize) -> TrainSystem:
     """Ablation: odet Euler under ``torch.compile`` (default mode; the runner's untimed warm-up
     round pays the compilation). FLOPs are counted on the eager model, which does the same
@@ -425,6 +469,7 @@ TRAIN_SYSTEMS: dict[str, Callable[[BenchSize], TrainSystem]] = {
     "odet-rk4-ckpt": _odet_train("rk4", checkpointing=True),
     "odet-euler-bf16": _odet_train("euler", bf16=True),
     "odet-euler-bf16-fused-sdpa": _odet_bf16_default_sdpa,
+    "odet-euler-bf16-scores": _odet_bf16_scores,
     "odet-euler-bf16-weights": _odet_bf16_weights,
     "odet-euler-nn-dropout": _odet_torch_dropout,
     "odet-euler-compiled": _odet_compiled,

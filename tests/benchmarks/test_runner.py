@@ -156,6 +156,30 @@ def test_the_recipe_system_decodes_as_the_recipes_decode_on_the_host(
         assert recipe == systems.GEN_SYSTEMS[twin](systems.SIZES["toy"])(src, 2)
 
 
+@pytest.mark.parametrize("case", ["none", "causal", "bool", "float", "cross", "cross-causal"])
+def test_the_bf16_scores_ablation_computes_sdpa_in_float64(case: str) -> None:
+    """odet-euler-bf16-scores replaces SDPA by two matmuls around a softmax: in float64 (no
+    rounding) it is SDPA's function, boolean and additive masks and the causal flag included."""
+    from benchmarks.systems import _bf16_scores_attention
+
+    g = torch.Generator().manual_seed(0)
+    tq, s = (3, 7) if case.startswith("cross") else (7, 7)
+    q = torch.randn(2, 4, tq, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 4, s, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    keep = torch.rand(2, 1, tq, s, generator=g) > 0.3
+    keep[..., 0] = True
+    kwargs = {
+        "none": {},
+        "causal": {"is_causal": True},
+        "bool": {"attn_mask": keep},
+        "float": {"attn_mask": torch.randn(2, 4, tq, s, generator=g, dtype=torch.float64)},
+        "cross": {"attn_mask": keep, "scale": 0.3},
+        "cross-causal": {"is_causal": True},
+    }[case]
+    expected = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    torch.testing.assert_close(_bf16_scores_attention(q, k, v, **kwargs), expected)
+
+
 def test_the_deeper_euler_decoders_evaluate_as_many_layers_as_the_rk_decoders() -> None:
     from benchmarks import systems
     from odet.models import Seq2Seq
