@@ -17,8 +17,8 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 setup: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
-	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
+	$(VENV)/bin/ruff check src tests $(wildcard benchmarks results)
+	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks results)
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q -n 2 --durations=15

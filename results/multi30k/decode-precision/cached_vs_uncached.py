@@ -9,7 +9,8 @@ import sys
 import torch
 
 from odet.data import pad_tokens
-from odet.generation.text import GenerationConfig, Translator
+from odet.generation import GenerationConfig
+from odet.inference import Translator
 
 DATA = "../shared/data/multi30k/tok/test_2016_flickr.lc.norm.tok.en.gz"
 

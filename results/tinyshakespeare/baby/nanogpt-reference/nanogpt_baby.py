@@ -4,15 +4,22 @@ and estimate_loss, and torch.manual_seed(SEED) before the model as in its train.
 nanoGPT's own figure (the 20-batch estimate at iteration 2,000) and odet's exact validation pass
 of the same model. Usage: python nanogpt_baby.py SEED OUT.json [INPUT.txt]"""
 
-import math, sys, time, json
-import numpy as np, torch, torch.nn as nn
+import json
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
 from torch.nn import functional as F
 
 seed = int(sys.argv[1])
 out = sys.argv[2]
 path = sys.argv[3] if len(sys.argv) > 3 else "../shared/data/tinyshakespeare/input.txt"
 torch.set_num_threads(1)
-text = open(path, encoding="utf-8").read()
+with open(path, encoding="utf-8") as f:
+    text = f.read()
 chars = sorted(set(text))
 stoi = {c: i for i, c in enumerate(chars)}
 n = len(text)
@@ -23,55 +30,55 @@ max_iters, lr0, min_lr, warm, decay_it = 2000, 1e-3, 1e-4, 100, 2000
 
 
 class LN(nn.Module):
-    def __init__(s, d):
+    def __init__(self, d):
         super().__init__()
-        s.weight = nn.Parameter(torch.ones(d))
+        self.weight = nn.Parameter(torch.ones(d))
 
-    def forward(s, x):
-        return F.layer_norm(x, s.weight.shape, s.weight, None, 1e-5)
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)
 
 
 class Attn(nn.Module):
-    def __init__(s):
+    def __init__(self):
         super().__init__()
-        s.c_attn = nn.Linear(D, 3 * D, bias=False)
-        s.c_proj = nn.Linear(D, D, bias=False)
+        self.c_attn = nn.Linear(D, 3 * D, bias=False)
+        self.c_proj = nn.Linear(D, D, bias=False)
 
-    def forward(s, x):
+    def forward(self, x):
         b, t, c = x.shape
-        q, k, v = s.c_attn(x).split(D, dim=2)
+        q, k, v = self.c_attn(x).split(D, dim=2)
         q, k, v = (z.view(b, t, H, c // H).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return s.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
 
 
 class MLP(nn.Module):
-    def __init__(s):
+    def __init__(self):
         super().__init__()
-        s.c_fc = nn.Linear(D, 4 * D, bias=False)
-        s.c_proj = nn.Linear(4 * D, D, bias=False)
+        self.c_fc = nn.Linear(D, 4 * D, bias=False)
+        self.c_proj = nn.Linear(4 * D, D, bias=False)
 
-    def forward(s, x):
-        return s.c_proj(F.gelu(s.c_fc(x)))
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x)))
 
 
 class Block(nn.Module):
-    def __init__(s):
+    def __init__(self):
         super().__init__()
-        s.ln_1 = LN(D)
-        s.attn = Attn()
-        s.ln_2 = LN(D)
-        s.mlp = MLP()
+        self.ln_1 = LN(D)
+        self.attn = Attn()
+        self.ln_2 = LN(D)
+        self.mlp = MLP()
 
-    def forward(s, x):
-        x = x + s.attn(s.ln_1(x))
-        return x + s.mlp(s.ln_2(x))
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
-    def __init__(s):
+    def __init__(self):
         super().__init__()
-        s.transformer = nn.ModuleDict(
+        self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(V, D),
                 wpe=nn.Embedding(T, D),
@@ -79,23 +86,23 @@ class GPT(nn.Module):
                 ln_f=LN(D),
             )
         )
-        s.lm_head = nn.Linear(D, V, bias=False)
-        s.transformer.wte.weight = s.lm_head.weight
-        s.apply(s._init)
-        for pn, p in s.named_parameters():
+        self.lm_head = nn.Linear(D, V, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init)
+        for pn, p in self.named_parameters():
             if pn.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * L))
 
-    def _init(s, m):
+    def _init(self, m):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             torch.nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def forward(s, idx, targets):
+    def forward(self, idx, targets):
         t = idx.shape[1]
-        x = s.transformer.wte(idx) + s.transformer.wpe(torch.arange(t))
-        for blk in s.transformer.h:
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(t))
+        for blk in self.transformer.h:
             x = blk(x)
-        logits = s.lm_head(s.transformer.ln_f(x))
+        logits = self.lm_head(self.transformer.ln_f(x))
         return F.cross_entropy(logits.view(-1, V), targets.reshape(-1), reduction="none")
 
 
@@ -191,4 +198,5 @@ res = {
     "train_seconds": time.time() - t0,
 }
 print(json.dumps(res))
-json.dump(res, open(out, "w"), indent=1)
+with open(out, "w") as f:
+    json.dump(res, f, indent=1)
