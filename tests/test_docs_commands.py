@@ -18,9 +18,10 @@ from odet.training.lm_config import load_any_config
 from tests.conftest import REPO_ROOT
 
 
-def _documented_commands() -> list[tuple[str, str]]:
-    """``(file, command line)`` for each ``odet ...`` line of a fenced block in a tracked
-    Markdown file, continuation lines joined; lines with shell substitutions (``$``) left out."""
+def _documented_commands(program: str = "odet ") -> list[tuple[str, str]]:
+    """``(file, command line)`` for each line of a fenced block in a tracked Markdown file that
+    starts with ``program`` (after any ``VAR=value`` prefixes), continuation lines joined; lines
+    with shell substitutions (``$``) or elided arguments (``...``) left out."""
     git = subprocess.run(["git", "ls-files", "*.md"], cwd=REPO_ROOT, capture_output=True, text=True)
     listed = git.stdout.split() if git.returncode == 0 else [  # not a git checkout
         str(p.relative_to(REPO_ROOT)) for p in REPO_ROOT.rglob("*.md")
@@ -31,13 +32,14 @@ def _documented_commands() -> list[tuple[str, str]]:
         text = (REPO_ROOT / name).read_text(encoding="utf-8")
         for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-                line = line.strip()
-                if line.startswith("odet ") and "$" not in line:
+                line = re.sub(r"^(\S+=\S+\s+)*", "", line.strip())
+                if line.startswith(program) and "$" not in line and "..." not in line:
                     commands.append((name, line))
     return commands
 
 
 COMMANDS = _documented_commands()
+BENCHMARK_COMMANDS = _documented_commands("python -m benchmarks ")
 
 
 def test_the_docs_show_commands():
@@ -107,3 +109,20 @@ def test_a_results_script_imports_names_that_odet_still_has(script):
                 except ImportError:
                     missing.append(f"{module}.{name}")
     assert not missing, f"{script} imports what odet no longer has: {sorted(set(missing))}"
+
+
+def test_the_docs_show_benchmark_commands():
+    assert len(BENCHMARK_COMMANDS) >= 20
+
+
+@pytest.mark.parametrize(("where", "line"), BENCHMARK_COMMANDS, ids=[
+    f"{w}:{i}" for i, (w, _) in enumerate(BENCHMARK_COMMANDS)])  # fmt: skip
+def test_a_documented_benchmark_command_parses(where, line, monkeypatch, capsys):
+    """Its flags and system names still exist (``benchmarks.runner.parse_args`` checks both)."""
+    from benchmarks import runner
+
+    monkeypatch.chdir(REPO_ROOT)
+    try:
+        runner.parse_args(shlex.split(line, comments=True)[3:])
+    except SystemExit:
+        pytest.fail(f"{where}: `{line}` no longer parses: {capsys.readouterr().err.strip()}")
