@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal
 
 import pytest
 
@@ -60,6 +61,8 @@ class _Settings:
     pair: tuple[float, float] = (0.5, 0.5)
     cap: float | None = None
     files: tuple[str, ...] = ()
+    mode: Literal["fast", "exact"] = "fast"
+    maybe: Literal["left", "right"] | None = None
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -92,3 +95,17 @@ def test_a_name_that_is_not_one_plain_directory_name_is_refused(name):
     with pytest.raises(ConfigError, match="cannot name a directory"):
         check_name(name, "variant")
     check_name("rk2-gated.v2", "variant")
+
+
+@pytest.mark.parametrize(
+    ("values", "hint"),
+    [({"mode": "exakt"}, " (did you mean 'exact'?)"),
+     ({"maybe": "rigth"}, " (did you mean 'right'?)"),
+     ({"mode": "zzz"}, ""), ({"mode": 3}, "")],
+)  # fmt: skip
+def test_a_misspelt_choice_names_the_nearest_one(values, hint):
+    with pytest.raises(ConfigError) as error:
+        _Settings(**values)
+    assert str(error.value).endswith("'fast' | 'exact'" + hint) or str(error.value).endswith(
+        "'left' | 'right' | None" + hint
+    )

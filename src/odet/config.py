@@ -93,6 +93,19 @@ def _non_finite(value: Any) -> bool:
     return isinstance(value, tuple | list) and any(_non_finite(v) for v in value)
 
 
+def _suggest_choice(value: Any, tp: Any) -> str:
+    """`` (did you mean 'x'?)`` when ``tp`` names string choices and ``value`` is close to one."""
+
+    def choices(t: Any) -> list[str]:
+        if typing.get_origin(t) is Literal:
+            return [a for a in typing.get_args(t) if isinstance(a, str)]
+        if typing.get_origin(t) in (Union, types.UnionType):
+            return [c for a in typing.get_args(t) for c in choices(a)]
+        return []
+
+    return suggest(value, choices(tp)) if isinstance(value, str) else ""
+
+
 def check_types(obj: Any) -> None:
     """Raise ``ConfigError`` if a field of dataclass ``obj`` does not match its annotation.
 
@@ -108,7 +121,7 @@ def check_types(obj: Any) -> None:
         if not _matches(value, tp):
             raise ConfigError(
                 f"{name}.{f.name} = {value!r} ({type(value).__name__}) is invalid; "
-                f"expected {describe_type(tp)}"
+                f"expected {describe_type(tp)}{_suggest_choice(value, tp)}"
             )
         if tp is not Any and _non_finite(value):
             raise ConfigError(f"{name}.{f.name} = {value!r} is invalid; expected a finite number")
