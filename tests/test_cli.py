@@ -4,6 +4,7 @@ the table of tests/cli/test_bad_inputs.py)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,17 @@ def test_evaluate_prints_bleu_with_its_signature(tmp_path, capsys):
     (tmp_path / "r").write_text("the cat sat on the mat\n")
     assert main(["evaluate", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r")]) == 0
     assert "BLEU = 100.00" in capsys.readouterr().out
+
+
+def test_a_library_warning_repeated_at_every_call_is_shown_once(tmp_path, caplog):
+    tokenized = tmp_path / "h"
+    tokenized.write_text("a man is walking .\n" * 120)
+    args = ["evaluate", "--hyp", str(tokenized), "--ref", str(tokenized)]
+    with caplog.at_level(logging.WARNING):
+        assert main(args) == 0
+        assert main(args) == 0
+    warned = [r for r in caplog.records if r.name == "sacrebleu"]
+    assert len(warned) == len({r.getMessage() for r in warned}) > 0
 
 
 def test_evaluate_with_a_baseline_prints_the_difference_and_its_p_value(tmp_path, capsys):

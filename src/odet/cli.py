@@ -1060,12 +1060,40 @@ def _numerical_failures() -> tuple[type[Exception], ...]:
     return (FloatingPointError, SolverError)
 
 
+class _EachMessageOnce(logging.Filter):
+    """Let each distinct message of a logger through once per process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
+QUIETED_ONCE = ("sacrebleu",)
+"""Libraries whose warnings repeat at every call (sacrebleu's "tokenized period" warning at
+every validation on tokenized data): the console shows each of their messages once."""
+
+
+def _quiet_repeated_warnings() -> None:
+    for name in QUIETED_ONCE:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _EachMessageOnce) for f in log.filters):
+            log.addFilter(_EachMessageOnce())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.command == "train" else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    _quiet_repeated_warnings()
     keep_freed_memory()
     if args.debug:
         return COMMANDS[args.command](args)
