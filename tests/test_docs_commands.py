@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from odet.cli import build_parser
-from odet.experiments.seq2seq import load_experiment
+from odet.experiments.config import load_experiment
 from odet.training.lm_config import load_any_config
 from tests.conftest import REPO_ROOT
 

@@ -1,8 +1,7 @@
 """odet: ODE Transformers in PyTorch — Runge–Kutta Transformer blocks and continuous-depth
 Transformers, with the toolkit to train and use them."""
 
-__version__ = "0.1.0"
-
+from odet._version import __version__
 from odet.blocks import ODEBlock
 from odet.models import Seq2Seq, Seq2SeqConfig
 from odet.ode import TABLEAUS, ButcherTableau, odeint_fixed, rk_step

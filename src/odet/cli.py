@@ -387,10 +387,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from odet.experiments.seq2seq import (
+    from odet.experiments.config import load_experiment
+    from odet.experiments.runner import (
         experiment_status,
         export_experiment,
-        load_experiment,
         run_experiment,
         status_table,
     )

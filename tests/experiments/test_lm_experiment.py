@@ -11,7 +11,7 @@ import yaml
 from odet.cli import main
 from odet.config import ConfigError
 from odet.evaluation import paired_t_test
-from odet.experiments.seq2seq import load_experiment
+from odet.experiments.config import load_experiment
 from tests.training.test_lm import _config
 
 

@@ -95,7 +95,7 @@ def test_every_shipped_config_loads_and_builds(path):
     from odet.models import Seq2Seq
 
     if "experiments" in path.parts:
-        from odet.experiments.seq2seq import load_experiment
+        from odet.experiments.config import load_experiment
         from odet.models import CausalLM
         from odet.training import LMTrainConfig, load_any_config
 

@@ -1,6 +1,6 @@
 """``odet experiment CONFIG`` for language models: variants × seeds of a ``task: lm`` recipe.
 
-The experiment config is the translation one (:mod:`odet.experiments.seq2seq`: ``base``,
+The experiment config is the translation one (:mod:`odet.experiments.config`: ``base``,
 ``output_dir``, ``seeds``, ``overrides``, ``variants``, ``baselines``), with a base config of
 ``task: lm``; runs live in ``<output_dir>/<variant>/seed<k>`` and finished ones are reused when
 their config matches. The report, rewritten after every run:
@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from odet.evaluation import paired_t_test
-from odet.experiments.seq2seq import ExperimentConfig, _mean_std, _plot, is_finished, run_dir
+from odet.experiments.config import ExperimentConfig, is_finished, run_dir
+from odet.experiments.report import mean_std, plot_against_time
 from odet.models import CausalLM
 from odet.training import LMTrainConfig, load_any_config
 
@@ -118,13 +119,15 @@ def write_lm_report(
             lines.append(
                 f"| {variant} | {rs[0].layers} | {rs[0].parameters:,} | "
                 f"{rs[0].layer_evaluations} | {len(rs)} | {rs[0].updates} | "
-                f"{_mean_std([r.wall_seconds for r in rs], 0)} | "
-                f"{_mean_std([r.valid_loss for r in rs], 4)} |"
+                f"{mean_std([r.wall_seconds for r in rs], 0)} | "
+                f"{mean_std([r.valid_loss for r in rs], 4)} |"
             )
     lines += paired_loss_differences(config, results)
     lines += ["", f"Runs: {', '.join(f'{r.variant}/seed{r.seed}' for r in results)}.", ""]
     (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
-    _plot(config, results, out / "loss_vs_time.png", "loss", "validation loss (estimate)")
+    plot_against_time(
+        config, results, out / "loss_vs_time.png", "loss", "validation loss (estimate)"
+    )
     return out / "results.md"
 
 

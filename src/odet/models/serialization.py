@@ -16,6 +16,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from odet._version import __version__
 from odet.io import atomic_write
 
 CONFIG_NAME = "config.json"
@@ -33,8 +34,6 @@ def save_model_dir(
     model: nn.Module, config: dict[str, Any], path: str | Path, *, model_type: str
 ) -> Path:
     """Write ``model``'s weights and its config (with the format version) to directory ``path``."""
-    from odet import __version__
-
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"cannot save to {path}: it exists and is not a directory")

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from odet import __version__
+from odet._version import __version__
 from odet.config import parse_yaml
 from odet.data import DataError
 from odet.data.text import check_input_file
