@@ -15,6 +15,7 @@ import pytest
 SRC = Path(__file__).parents[1] / "src" / "odet"
 
 RANKS: dict[str, int] = {
+    "_version": 0,
     "config": 0,
     "io": 0,
     "runtime": 0,
@@ -48,8 +49,16 @@ def _package(path: Path) -> str:
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, package)`` of every odet import; ``from odet import x`` imports the package
+    ``x`` when there is one, else the top-level ``__init__``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "odet":
+            found += [
+                (node.lineno, alias.name if alias.name in RANKS else "__init__")
+                for alias in node.names
+            ]
+            continue
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         elif isinstance(node, ast.Import):
@@ -91,3 +100,58 @@ def test_the_trainer_is_made_of_small_pieces():
                     long.append(f"{path.name}:{node.name} ({lines} lines)")
     assert not long, long
     assert len((SRC / "training" / "trainer.py").read_text().splitlines()) <= 400
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the odet modules it imports (``from odet.a import b`` counts ``odet.a.b``
+    when that is a module, else ``odet.a``)."""
+    modules = {_module(f): f for f in FILES}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` as a path that ends where it starts, or ``[]``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (found := visit(target)):
+                return found
+        path.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_no_two_modules_import_each_other_even_inside_one_package():
+    assert not (cycle := _cycle(_module_graph())), " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
