@@ -22,7 +22,7 @@ from odet.training import LMTrainConfig, load_any_config
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """Variants × seeds of one training recipe (see the module docstring)."""
+    """Variants × seeds of one training recipe (see :mod:`odet.experiments.runner`)."""
 
     base: str
     output_dir: str
