@@ -150,7 +150,8 @@ def test_evaluate_prints_bleu_with_its_signature(tmp_path, capsys):
     assert "BLEU = 100.00" in capsys.readouterr().out
 
 
-def test_a_library_warning_repeated_at_every_call_is_shown_once(tmp_path, caplog):
+def test_a_library_warning_repeated_at_every_call_is_shown_once(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(logging.getLogger("sacrebleu"), "filters", [])  # as in a new process
     tokenized = tmp_path / "h"
     tokenized.write_text("a man is walking .\n" * 120)
     args = ["evaluate", "--hyp", str(tokenized), "--ref", str(tokenized)]
