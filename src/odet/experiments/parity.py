@@ -838,7 +838,8 @@ def _plot(results: ParityResults, summaries: Sequence[VariantSummary]) -> None:
                 capsize=3,
                 label=label,
             )
-    axes[0].set_yscale("log")
+    if any(s.mean > 0 for v in swept for s in (v.arclength_trained, v.arclength_longer)):
+        axes[0].set_yscale("log")  # not on runs whose arclength is all zero or NaN (diverged)
     for ax, ylabel in zip(axes, ("mean arclength ∫‖F‖dt", "mean NFE")):
         ax.set_xscale("symlog", linthresh=min([lam for lam in lams if lam > 0], default=1.0))
         ax.set_xlabel("arclength weight λ (adaptive continuous variants)")
