@@ -78,5 +78,5 @@ def test_baselines_name_variants(experiment):
     data = yaml.safe_load(experiment.read_text(encoding="utf-8"))
     data["baselines"] = {"rk2": "rk4"}
     experiment.write_text(yaml.safe_dump(data), encoding="utf-8")
-    with pytest.raises(ConfigError, match="baselines: baseline 'rk4' is not one of the variants"):
+    with pytest.raises(ConfigError, match=r"baseline 'rk4' is not one of the variants .*'rk2'\?\)"):
         load_experiment(experiment)

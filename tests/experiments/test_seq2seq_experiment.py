@@ -115,7 +115,9 @@ def test_experiment_split_across_calls_reports_every_finished_run(copy_data, tmp
 
     capsys.readouterr()
     assert main(["experiment", str(path), "--no-progress", "--variants", "rk3"]) != 0
-    assert "unknown variant(s) ['rk3']" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "unknown variant(s) ['rk3']; the experiment has ['euler', 'rk2']" in error
+    assert error.rstrip().endswith("(did you mean 'rk2'?)")
 
 
 def test_a_run_that_fails_numerically_does_not_stop_the_others(copy_data, tmp_path, capsys, caplog):  # noqa: F811

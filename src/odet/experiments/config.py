@@ -16,6 +16,7 @@ from odet.config import (
     check_types,
     from_dict,
     load_yaml,
+    suggest,
 )
 from odet.training import LMTrainConfig, load_any_config
 
@@ -59,7 +60,7 @@ class ExperimentConfig:
                 check(
                     value in self.variants,
                     f"experiment.baselines: {role} {value!r} is not one of the variants "
-                    f"{list(self.variants)}",
+                    f"{list(self.variants)}{suggest(value, self.variants)}",
                 )
 
     def baseline(self, variant: str) -> str:

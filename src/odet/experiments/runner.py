@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from odet.config import check, load_yaml
+from odet.config import check, load_yaml, suggest
 from odet.data import DataError
 from odet.experiments.config import ExperimentConfig, is_finished, is_lm_experiment, run_dir
 from odet.experiments.lm import lm_results, write_lm_report
@@ -290,7 +290,8 @@ def _select(chosen: list[Any] | None, available: list[Any], what: str) -> list[A
     if not chosen:
         return available
     unknown = [c for c in chosen if c not in available]
-    check(not unknown, f"unknown {what}(s) {unknown}; the experiment has {available}")
+    hint = suggest(unknown[0], available) if unknown and isinstance(unknown[0], str) else ""
+    check(not unknown, f"unknown {what}(s) {unknown}; the experiment has {available}{hint}")
     return [a for a in available if a in chosen]
 
 
