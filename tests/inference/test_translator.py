@@ -48,6 +48,21 @@ def test_auto_precision_decodes_in_bf16_only_where_the_cpu_has_bf16_units(
     assert (decoding is model) == (expected == "fp32")
 
 
+def test_bf16_decoding_on_a_cpu_that_emulates_bf16_warns_and_still_decodes_in_bf16(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr(odet.nn.precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    odet.nn.precision._warn_emulated_bf16.cache_clear()
+    model = Seq2Seq(small_config()).eval()
+    translator = Translator(model, tokenizers=None, config=GenerationConfig(precision="bf16"))
+    with caplog.at_level("WARNING", logger="odet.nn.precision"):
+        decoding = translator._inference_model()
+        resolve_decode_precision("int8", torch.device("cpu"))
+    odet.nn.precision._warn_emulated_bf16.cache_clear()
+    assert next(decoding.parameters()).dtype == torch.bfloat16
+    assert [r.getMessage()[:21] for r in caplog.records] == ["bf16 is emulated here"]
+
+
 def test_onednn_gemms_refuse_a_precision_that_may_be_bf16():
     with pytest.raises(ValueError, match="generation.precision auto"):
         GenerationConfig(precision="auto", gemm="onednn")

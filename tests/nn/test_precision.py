@@ -160,3 +160,34 @@ def test_auto_is_a_training_precision_and_others_are_refused() -> None:
         LoopConfig(precision="fp16")
     with pytest.raises(ValueError, match="choose one of"):
         resolve_precision("fp16", torch.device("cpu"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("flags", "warned"), [({"avx2", "fma"}, True), ({"avx512_bf16"}, False)])
+def test_explicit_bf16_warns_once_where_the_cpu_only_emulates_it(
+    monkeypatch, caplog, flags, warned
+) -> None:
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset(flags))
+    precision_module._warn_emulated_bf16.cache_clear()
+    cpu = torch.device("cpu")
+    with caplog.at_level("WARNING", logger="odet.nn.precision"):
+        assert resolve_precision("bf16", cpu) == "bf16"
+        assert resolve_precision("bf16", cpu) == "bf16"
+        assert resolve_precision("auto", cpu) == ("fp32" if warned else "bf16")
+        assert resolve_precision("fp32", cpu) == "fp32"
+    messages = [r.getMessage() for r in caplog.records]
+    precision_module._warn_emulated_bf16.cache_clear()
+    assert len(messages) == int(warned)
+    if warned:
+        assert "bf16 is emulated here" in messages[0]
+        assert "neither AVX-512-BF16 nor AMX-BF16" in messages[0]
+        assert "auto picks fp32" in messages[0]
+
+
+def test_explicit_bf16_warns_on_a_gpu_without_bf16_tensor_cores(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    precision_module._warn_emulated_bf16.cache_clear()
+    with caplog.at_level("WARNING", logger="odet.nn.precision"):
+        assert resolve_precision("bf16", torch.device("cuda")) == "bf16"
+    precision_module._warn_emulated_bf16.cache_clear()
+    assert "compute capability below 8.0" in caplog.text

@@ -4,8 +4,17 @@ import pytest
 import torch
 from torch import nn
 
+import odet.nn.precision
+import odet.nn.quantization
 from odet.models import Seq2Seq
-from odet.nn.quantization import Int8Linear, int8_copy, int8_supported, linear_layer_names
+from odet.nn.quantization import (
+    Int8Linear,
+    has_native_int8,
+    int8_copy,
+    int8_supported,
+    int_mm,
+    linear_layer_names,
+)
 from tests.models.test_seq2seq import small_config
 
 
@@ -72,10 +81,11 @@ def test_int8_copy_rejects_what_it_cannot_quantise():
     assert "CPU only" in (int8_supported(torch.device("cuda")) or "")
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_int8_linear_rescales_the_exact_int32_product(dtype):
+def test_int8_linear_rescales_the_exact_int32_product(dtype, native):
     linear = _linear().to(dtype)
-    layer = Int8Linear.from_linear(linear)
+    layer = Int8Linear.from_linear(linear, native=native)
     x = torch.randn(9, 64, dtype=dtype)
     rows_scale = torch.maximum(x.amax(1, keepdim=True), -x.amin(1, keepdim=True)) / 127
     q = (x * rows_scale.reciprocal()).round().to(torch.int64)
@@ -83,3 +93,49 @@ def test_int8_linear_rescales_the_exact_int32_product(dtype):
     expected = product * rows_scale * layer.weight_scale + layer.bias
     with torch.no_grad():
         torch.testing.assert_close(layer(x), expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 64, 1024, 1025, 2048, 3000])
+def test_int_mm_fallback_is_the_exact_integer_product_at_the_extremes(k):
+    torch.manual_seed(k)
+    a = torch.randint(-128, 128, (6, k), dtype=torch.int8)
+    b = torch.randint(-128, 128, (k, 5), dtype=torch.int8)
+    a[0], a[1], b[:, 0], b[:, 1] = -128, 127, -128, 127  # the largest partial sums, both signs
+    exact = a.long() @ b.long()
+    fallback = int_mm(a, b, native=False)
+    assert torch.equal(fallback.long(), exact)
+    assert fallback.dtype == (torch.float32 if k <= 1024 else torch.int32)
+    assert torch.equal(int_mm(a.float(), b, native=False).long(), exact)
+    assert torch.equal(int_mm(a, b).long(), exact)
+
+
+@pytest.mark.parametrize("d_in", [64, 2048])
+def test_int8_linear_gives_the_same_bits_through_the_fp32_fallback(d_in):
+    linear = _linear(d_in=d_in, d_out=24)
+    x = torch.randn(3, 7, d_in) * 5
+    with torch.no_grad():
+        native = Int8Linear.from_linear(linear)(x)
+        fallback = Int8Linear.from_linear(linear, native=False)(x)
+    assert torch.equal(native, fallback)
+
+
+@pytest.mark.parametrize(("flags", "native"), [({"avx2", "fma"}, False), ({"avx512_vnni"}, True)])
+def test_int8_copy_multiplies_natively_only_with_avx512_vnni_and_warns_once_otherwise(
+    monkeypatch, caplog, flags, native
+):
+    monkeypatch.setattr(odet.nn.precision, "cpu_flags", lambda: frozenset(flags))
+    odet.nn.quantization._warn_emulated_int8.cache_clear()
+    model = Seq2Seq(small_config()).eval()
+    with caplog.at_level("WARNING", logger="odet.nn.quantization"):
+        copies = [int8_copy(model), int8_copy(model)]
+    odet.nn.quantization._warn_emulated_int8.cache_clear()
+    assert has_native_int8(torch.device("cpu")) == (native and torch.backends.mkldnn.is_available())
+    layers = [m for m in copies[0].modules() if isinstance(m, Int8Linear)]
+    assert layers and {layer.native for layer in layers} == {has_native_int8(torch.device("cpu"))}
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == int(not native)
+    if warnings:
+        assert "int8 is emulated here" in warnings[0] and "AVX-512-VNNI" in warnings[0]
+    src = torch.randint(4, 24, (2, 6))
+    with torch.no_grad():
+        assert torch.equal(copies[0](src, src), copies[1](src, src))

@@ -184,10 +184,11 @@ def resolve_decode_precision(
     precision: DecodePrecision, device: torch.device
 ) -> Literal["fp32", "bf16", "int8"]:
     """``precision`` with ``"auto"`` decided for ``device`` as ``train.precision: auto`` is:
-    bf16 where it multiplies bf16 natively (:func:`odet.nn.has_native_bf16`), else fp32."""
-    if precision == "auto":
-        return resolve_precision("auto", device)
-    return precision
+    bf16 where it multiplies bf16 natively (:func:`odet.nn.has_native_bf16`), else fp32; an
+    explicit bf16 where it is emulated warns as :func:`odet.nn.resolve_precision` does."""
+    if precision == "int8":
+        return precision
+    return resolve_precision(precision, device)
 
 
 INT8_ALSO: tuple[str, ...] = ("output_projection",)

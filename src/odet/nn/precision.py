@@ -20,6 +20,8 @@ Typical use in a training step::
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Literal, get_args
@@ -31,6 +33,8 @@ Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 TrainPrecision = Literal["fp32", "bf16", "auto"]
 """A training precision: ``auto`` is bf16 where the device multiplies bf16 natively, else fp32."""
+
+logger = logging.getLogger(__name__)
 
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
@@ -56,14 +60,33 @@ def has_native_bf16(device: torch.device) -> bool:
 
 
 def resolve_precision(precision: TrainPrecision, device: torch.device) -> Precision:
-    """``precision`` with ``auto`` decided for ``device`` (see :func:`has_native_bf16`)."""
+    """``precision`` with ``auto`` decided for ``device`` (see :func:`has_native_bf16`). An
+    explicit ``bf16`` on a device that only emulates it is kept, with a warning (once per
+    device type and process): it runs, at a fraction of fp32's speed."""
     if precision == "auto":
         return "bf16" if has_native_bf16(device) else "fp32"
     if precision not in PRECISIONS:
         raise ValueError(
             f"unknown precision {precision!r}; choose one of {get_args(TrainPrecision)}"
         )
+    if precision == "bf16" and not has_native_bf16(device):
+        _warn_emulated_bf16(device.type)
     return precision
+
+
+@functools.cache
+def _warn_emulated_bf16(device_type: str) -> None:
+    units = (
+        "this GPU has no bf16 tensor cores (compute capability below 8.0)"
+        if device_type == "cuda"
+        else "this CPU has neither AVX-512-BF16 nor AMX-BF16 instructions"
+    )
+    logger.warning(
+        "bf16 is emulated here: %s, so bf16 matrix multiplies run many times slower than "
+        "fp32 ones; precision auto picks fp32 on this %s",
+        units,
+        "GPU" if device_type == "cuda" else "CPU",
+    )
 
 
 @contextmanager
