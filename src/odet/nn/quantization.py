@@ -10,8 +10,8 @@ scores, gates).
 PyTorch multiplies int8 matrices with oneDNN's int8 GEMM only where the CPU has AVX-512-VNNI;
 elsewhere ``torch._int_mm`` is a scalar loop, tens of times slower than an fp32 GEMM. There
 :func:`int_mm` computes the same integers with fp32 GEMMs instead (exact, see there), so an
-int8 decode gives the same output on every CPU and is never much slower than fp32 — nor faster,
-which :func:`int8_copy` says once in the log.
+int8 decode gives the same output on every CPU, at about fp32's speed rather than a fraction
+of it; :func:`int8_copy` says so once in the log.
 
 Per-row input scales make a row's output depend on that row alone. That is what keeps the KV
 cache exact under int8 (a cached step and a full-prefix pass quantise each position
@@ -195,8 +195,8 @@ def int8_copy(model: M, also: Collection[str] = ()) -> M:
 def _warn_emulated_int8() -> None:
     logger.warning(
         "int8 is emulated here: PyTorch has an int8 GEMM only on CPUs with AVX-512-VNNI, so "
-        "int8 decoding computes the same int8 products with fp32 GEMMs, at about fp32's speed "
-        "(same output, no speed-up)"
+        "int8 decoding computes the same int8 products with fp32 GEMMs (same output, no "
+        "faster than fp32 decoding)"
     )
 
 
