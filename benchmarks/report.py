@@ -181,7 +181,8 @@ def summary(name: str, entry: dict[str, Any]) -> str:
     ]
     for system, r in training["train"].items():
         speed = f", {r[f'speed_vs_{ref}']:.2f}× {ref}" if ref else ""
-        out.append(f"  {system:20s} {r['tokens_per_s']:8.0f} tok/s{speed}, MFU {r['mfu']:.0%}")
+        mfu = f"MFU {r['mfu']:.0%} of {r.get('mfu_against', 'the GEMM probe')}"
+        out.append(f"  {system:20s} {r['tokens_per_s']:8.0f} tok/s{speed}, {mfu}")
     for key, v in training["rk"].items():
         out.append(f"  {key:28s} time {v['time_ratio']:.2f} vs FLOPs {v['flop_ratio']:.2f}")
     for key, ratio in training.get("memory_ratios", {}).items():

@@ -156,6 +156,20 @@ def test_the_recipe_system_decodes_as_the_recipes_decode_on_the_host(
         assert recipe == systems.GEN_SYSTEMS[twin](systems.SIZES["toy"])(src, 2)
 
 
+@pytest.mark.parametrize(
+    ("flags", "reference"),
+    [("avx512_bf16", "bf16 GEMM"), ("avx2", "bf16 GEMM (emulated)")],
+)
+def test_a_bf16_systems_mfu_names_an_emulated_bf16_probe(
+    flags: str, reference: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import odet.nn.precision
+
+    monkeypatch.setattr(odet.nn.precision, "cpu_flags", lambda: frozenset({flags}))
+    assert runner._mfu_reference("odet-euler-bf16") == reference
+    assert runner._mfu_reference("odet-euler") == "fp32 GEMM"
+
+
 @pytest.mark.parametrize("case", ["none", "causal", "bool", "float", "cross", "cross-causal"])
 def test_the_bf16_scores_ablation_computes_sdpa_in_float64(case: str) -> None:
     """odet-euler-bf16-scores replaces SDPA by two matmuls around a softmax: in float64 (no
