@@ -195,8 +195,8 @@ def int8_copy(model: M, also: Collection[str] = ()) -> M:
 def _warn_emulated_int8() -> None:
     logger.warning(
         "int8 is emulated here: PyTorch has an int8 GEMM only on CPUs with AVX-512-VNNI, so "
-        "int8 decoding computes the same int8 products with fp32 GEMMs (same output, no "
-        "faster than fp32 decoding)"
+        "int8 decoding computes its int8 products exactly with fp32 GEMMs: the output such a "
+        "CPU gives, no faster than fp32 decoding"
     )
 
 
