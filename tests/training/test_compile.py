@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,45 @@ def test_a_compiled_step_through_ddp_gives_the_eager_gradients(tmp_path):
             torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def no_cpp_compiler():
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch({"cpp.cxx": ("no-such-cxx-compiler",)}):
+        yield
+
+
+def test_check_compilable_names_a_missing_cpp_compiler_on_cpu(no_cpp_compiler):
+    from odet.training.compile import check_compilable
+
+    with pytest.raises(ValueError) as err:
+        check_compilable(torch.device("cpu"))
+    reason = str(err.value)
+    assert "\n" not in reason and reason.startswith("train.compile needs a working C++ compiler")
+    assert "no-such-cxx-compiler" in reason and "train.compile: false" in reason
+    check_compilable(torch.device("cuda"))
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++, as inductor on CPU does")
+def test_check_compilable_passes_where_inductor_finds_a_compiler():
+    from odet.training.compile import check_compilable
+
+    check_compilable(torch.device("cpu"))
+
+
+def test_compiled_runs_without_a_cpp_compiler_are_refused_before_any_work(
+    copy_data, tmp_path, no_cpp_compiler
+):
+    out = tmp_path / "seq2seq"
+    with pytest.raises(ValueError, match=r"^train\.compile needs a working C\+\+ compiler"):
+        train(TrainConfig.from_dict(_seq2seq(copy_data, out, True, 2)))
+    assert not out.exists()
+    lm_run = tmp_path / "lm"
+    config = lm_config(tmp_path, train={"compile": True, "max_updates": 2})
+    with pytest.raises(ValueError, match="C\\+\\+ compiler"):
+        train_lm(LMTrainConfig.from_dict({**config, "output_dir": str(lm_run)}), progress=False)
+    assert not lm_run.exists()
+    eager = _seq2seq(copy_data, tmp_path / "eager", False, 1)
+    train(TrainConfig.from_dict(eager))  # eager runs need no compiler

@@ -10,7 +10,8 @@ Translation batches vary in rows and lengths, so the translation trainer compile
 (``dynamic=None``) the first batch's shape is compiled statically, used once, and the second
 batch compiles again with symbolic sizes: twice the compile time for nothing. The language
 model's windows have one shape, so it keeps the default, one static graph. ``compile_counts``
-reports what a run compiled.
+reports what a run compiled, and ``check_compilable`` lets a trainer refuse before any work
+where inductor cannot build code (no working C++ compiler for a CPU run).
 """
 
 from __future__ import annotations
@@ -30,6 +31,26 @@ def compile_step(step: Step, *, dynamic: bool | None = None, backend: str = "ind
     ``backend``: torch's, or ``"aot_eager"`` (tracing and AOTAutograd without code generation,
     which tests use to stay fast)."""
     return torch.compile(step, backend=backend, dynamic=dynamic)  # type: ignore[return-value]
+
+
+def check_compilable(device: torch.device) -> None:
+    """Raise ``ValueError`` (one line) where ``torch.compile``'s inductor cannot build code for
+    ``device``. On CPU inductor compiles C++, so it needs a working C++ compiler (looked for as
+    inductor itself does); elsewhere the first compilation tells."""
+    if device.type != "cpu":
+        return
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # a torch without this helper: the first compilation tells
+        return
+    try:
+        get_cpp_compiler()
+    except Exception as err:  # InvalidCxxCompiler, whose module differs between torch versions
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"train.compile needs a working C++ compiler on CPU (torch.compile builds C++ "
+            f"there): {reason}; install one (e.g. g++) or set train.compile: false"
+        ) from None
 
 
 def compile_counts() -> dict[str, int]:

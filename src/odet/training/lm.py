@@ -36,7 +36,7 @@ from odet.io import write_bytes_atomic
 from odet.models import CausalLM, CheckpointError
 from odet.nn.precision import resolve_precision
 from odet.training.checkpoint import TrainerState, checkpoint_name
-from odet.training.compile import compile_counts, compile_step
+from odet.training.compile import check_compilable, compile_counts, compile_step
 from odet.training.distributed import init_distributed
 from odet.training.lm_config import LMOptimConfig, LMTrainConfig
 from odet.training.metrics import MetricsLog, plot_learning_curve
@@ -222,6 +222,8 @@ class LMTrainer:
         precision = resolve_precision(config.train.precision, self.device)
         self.precision = ForwardPrecision(precision, self.device.type)
         self.evaluation = ForwardPrecision("fp32", self.device.type)
+        if config.train.compile:
+            check_compilable(self.device)
         self.out = Path(config.output_dir)
         self.progress = config.train.progress if progress is None else progress
         self.metrics = MetricsLog(self.out / "metrics.jsonl")

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from odet.models import Seq2Seq
 from odet.ode import SolverError
 from odet.training.checkpoint import Checkpoint, TrainerState, checkpoint_name
-from odet.training.compile import compile_counts
+from odet.training.compile import check_compilable, compile_counts
 from odet.training.config import TrainConfig
 from odet.training.distributed import init_distributed, shutdown_distributed
 from odet.training.metrics import MetricsLog, ThroughputWindow, train_record
@@ -75,10 +75,11 @@ class Trainer:
         self.dist = init_distributed(config.train.device)
         self.device = pick_device(config.train.device, self.dist)
         self.precision = ForwardPrecision.from_config(config.train, self.device)
+        if config.train.compile:
+            check_compilable(self.device)
         self.out = Path(config.output_dir)
-        self.progress = (config.train.progress if progress is None else progress) and (
-            self.dist.is_main
-        )
+        wanted = config.train.progress if progress is None else progress
+        self.progress = wanted and self.dist.is_main
         self.ckpt_root = self.out / "checkpoints"
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self._parallel: ParallelModel | None = None
