@@ -175,6 +175,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _check_search_flags(args, defaults.strategy)
     config = replace(defaults, **{k: v for k, v in flags.items() if v is not None})
     translator = Translator.from_checkpoint(model_dir, config=config)
+    if config.compile:
+        from odet.training.compile import check_compilable
+
+        origin = "--compile" if args.compile else "the model's generation.compile"
+        off = "drop --compile" if args.compile else "pass --no-compile"
+        check_compilable(next(translator.model.parameters()).device, origin, off)
     if config.precision == "auto":
         from odet.inference import resolve_decode_precision
 
@@ -281,6 +287,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
             "which is itself a checkpoint"
         )
     model, vocab = load_lm(args.checkpoint, args.which or "last")
+    if args.compile:
+        from odet.training.compile import check_compilable
+
+        check_compilable(next(model.parameters()).device, "--compile", "drop --compile")
     prompt = args.prompt if args.prompt is not None else _read_prompt()
     ids = vocab.encode(prompt) or vocab.encode("\n" if "\n" in vocab.chars else vocab.chars[0])
     prompt_ids = torch.tensor([ids] * args.num_samples, dtype=torch.long)

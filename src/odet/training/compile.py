@@ -33,10 +33,13 @@ def compile_step(step: Step, *, dynamic: bool | None = None, backend: str = "ind
     return torch.compile(step, backend=backend, dynamic=dynamic)  # type: ignore[return-value]
 
 
-def check_compilable(device: torch.device) -> None:
-    """Raise ``ValueError`` (one line) where ``torch.compile``'s inductor cannot build code for
-    ``device``. On CPU inductor compiles C++, so it needs a working C++ compiler (looked for as
-    inductor itself does); elsewhere the first compilation tells."""
+def check_compilable(
+    device: torch.device, setting: str = "train.compile", off: str = "set train.compile: false"
+) -> None:
+    """Raise ``ValueError`` (one line, naming ``setting`` and how to turn it ``off``) where
+    ``torch.compile``'s inductor cannot build code for ``device``. On CPU inductor compiles
+    C++, so it needs a working C++ compiler (looked for as inductor itself does); elsewhere the
+    first compilation tells."""
     if device.type != "cpu":
         return
     try:
@@ -48,8 +51,8 @@ def check_compilable(device: torch.device) -> None:
     except Exception as err:  # InvalidCxxCompiler, whose module differs between torch versions
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
-            f"train.compile needs a working C++ compiler on CPU (torch.compile builds C++ "
-            f"there): {reason}; install one (e.g. g++) or set train.compile: false"
+            f"{setting} needs a working C++ compiler on CPU (torch.compile builds C++ there): "
+            f"{reason}; install one (e.g. g++) or {off}"
         ) from None
 
 
