@@ -29,7 +29,8 @@ class GenerationConfig:
     """How to decode: the search, its length limits, and how a decoding run is batched and in
     which precision it runs. ``"int8"`` quantises attention, feed-forward and the output
     projection (:mod:`odet.nn.quantization`); training configs refuse it. Speeds of ``"bf16"``
-    and ``"int8"``: benchmarks/RESULTS.md."""
+    and ``"int8"``: benchmarks/RESULTS.md. Where the hardware only emulates them, both still
+    run (int8 exactly, at about fp32's speed) and warn once."""
 
     strategy: StrategyName = "beam"
     """Search strategy: ``"beam"``, ``"greedy"`` or ``"sample"`` (``make_strategy``)."""

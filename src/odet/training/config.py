@@ -185,14 +185,15 @@ class LoopConfig:
     precision: TrainPrecision = "fp32"
     """Forward passes in fp32, or bf16 autocast (weights stay fp32); ``auto``: bf16 where the
     device has bf16 matrix instructions (AMX-BF16 or AVX-512-BF16 CPUs, CUDA GPUs of compute
-    capability >= 8.0), else fp32."""
+    capability >= 8.0), else fp32. An explicit bf16 elsewhere runs emulated, with a warning."""
     bf16_sdpa: Literal["math", "fused"] = "math"
     """bf16 on CPU: SDPA's math backend, or let torch pick the fused kernel."""
     activation_checkpointing: bool = False
     """Recompute block activations in the backward pass to save memory."""
     compile: bool = False
     """Run the training forward pass and loss through ``torch.compile`` (validation, decoding
-    and checkpoints stay eager); the first batches pay the compilation."""
+    and checkpoints stay eager); the first batches pay the compilation. On CPU it needs a
+    working C++ compiler, checked before the run starts."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto``: CUDA when available; under ``torchrun`` each rank its own GPU (NCCL) when the
     node has one per rank, else the CPU (gloo)."""

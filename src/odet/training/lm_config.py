@@ -135,10 +135,11 @@ class LMLoopConfig:
     precision: TrainPrecision = "fp32"
     """Forward passes in fp32, or bf16 autocast (weights stay fp32); ``auto``: bf16 where the
     device has bf16 matrix instructions (AMX-BF16 or AVX-512-BF16 CPUs, CUDA GPUs of compute
-    capability >= 8.0), else fp32."""
+    capability >= 8.0), else fp32. An explicit bf16 elsewhere runs emulated, with a warning."""
     compile: bool = False
     """Run the training forward pass and loss through ``torch.compile`` (loss estimates and
-    checkpoints stay eager); the first update pays the compilation."""
+    checkpoints stay eager); the first update pays the compilation. On CPU it needs a working
+    C++ compiler, checked before the run starts."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto``: CUDA when available."""
     threads: int = 0
